@@ -1,0 +1,51 @@
+"""cuzarr: a fast engine for Zarr arrays, and a drop-in codec pipeline for zarr-python.
+
+>>> import cuzarr, zarr
+>>> cuzarr.configure()          # every zarr read and write now runs on cuzarr's engine  # doctest: +SKIP
+
+``import cuzarr`` imports no GPU package; the GPU backend loads on first use.
+"""
+
+from __future__ import annotations
+
+from cuzarr.config import Device, Settings, configure, get_settings
+from cuzarr.diagnostics import reset_stats, stats
+from cuzarr.errors import (
+    CorruptChunkError,
+    CuzarrError,
+    MetadataError,
+    NodeNotFoundError,
+    StoreError,
+    UnsupportedError,
+)
+from cuzarr.zarr_pipeline import Pipeline
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CorruptChunkError",
+    "CuzarrError",
+    "Device",
+    "MetadataError",
+    "NodeNotFoundError",
+    "Pipeline",
+    "Settings",
+    "StoreError",
+    "UnsupportedError",
+    "configure",
+    "get_settings",
+    "reset_stats",
+    "stats",
+]
+
+
+def _register() -> None:
+    """Register ``cuzarr.Pipeline`` under its public path (zarr keys pipelines by path)."""
+    from zarr.registry import _pipeline_registry, register_pipeline
+
+    register_pipeline(Pipeline)
+    # zarr keys the registry by ``module.qualname``; users write ``cuzarr.Pipeline``.
+    _pipeline_registry["cuzarr.Pipeline"] = Pipeline
+
+
+_register()

@@ -1,0 +1,168 @@
+"""The v3 ``sharding_indexed`` codec: many inner chunks in one stored object.
+
+Layout (Zarr v3 sharding spec): the encoded inner chunks, then (or before them) an index of
+``(offset, nbytes)`` uint64 pairs in C order over the shard's inner-chunk grid, encoded with the
+index codecs (by default ``bytes`` little-endian plus ``crc32c``). ``(2**64-1, 2**64-1)`` marks an
+empty inner chunk, which reads as the fill value.
+
+The engine reads shards whole (:meth:`ShardingCodec.split`) or partially (the index range, then
+:meth:`ShardingCodec.decode_index`), and writes them with :meth:`ShardingCodec.assemble`. Nested
+sharding is left to zarr-python's pipeline.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from cuzarr.codecs.base import Buf, as_u8
+from cuzarr.errors import CorruptChunkError
+
+if TYPE_CHECKING:
+    from cuzarr.codecs.chain import ChunkCodec
+
+__all__ = ["EMPTY", "ShardingCodec"]
+
+#: Offset and length marking an empty inner chunk.
+EMPTY = np.uint64(2**64 - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardingCodec:
+    """Sharding of a chunk (the shard) into inner chunks.
+
+    Parameters
+    ----------
+    chunk_shape : tuple of int
+        Inner chunk shape.
+    inner : ChunkCodec
+        The codec chain of inner chunks, compiled for ``chunk_shape``.
+    index : ChunkCodec
+        The codec chain of the index, compiled for shape ``(*chunks_per_shard, 2)`` uint64.
+    index_location : {"start", "end"}
+        Where the index is stored.
+    chunks_per_shard : tuple of int
+        Inner chunks along each dimension.
+    fill_value : Any
+        The array's fill value, for empty inner chunks of whole-shard decodes.
+    """
+
+    chunk_shape: tuple[int, ...]
+    inner: ChunkCodec
+    index: ChunkCodec
+    index_location: Literal["start", "end"]
+    chunks_per_shard: tuple[int, ...]
+    fill_value: Any
+    name: str = "sharding_indexed"
+
+    @property
+    def n_inner(self) -> int:
+        """Number of inner chunks per shard."""
+        return math.prod(self.chunks_per_shard)
+
+    @property
+    def index_nbytes(self) -> int:
+        """Encoded size of the shard index (the index codecs are fixed-size)."""
+        size = self.index.encoded_size()
+        assert size is not None  # checked when the chain was built
+        return size
+
+    def index_byte_range(self, shard_nbytes: int | None = None) -> tuple[str, int]:
+        """Return how to fetch the index: ``("prefix", n)`` or ``("suffix", n)``."""
+        return ("prefix" if self.index_location == "start" else "suffix", self.index_nbytes)
+
+    def decode_index(self, raw: Buf, *, shard_nbytes: int | None) -> npt.NDArray[np.uint64]:
+        """Decode and validate an encoded index.
+
+        Parameters
+        ----------
+        raw : buffer
+            Exactly the encoded index bytes.
+        shard_nbytes : int or None
+            Total size of the shard object, when known, to bound offsets.
+
+        Returns
+        -------
+        ndarray
+            ``uint64`` array of shape ``(n_inner, 2)``, C order over the inner grid.
+
+        Raises
+        ------
+        CorruptChunkError
+            If the index is truncated, fails its checksum, or points outside the shard.
+        """
+        if memoryview(raw).nbytes != self.index_nbytes:
+            raise CorruptChunkError(
+                f"shard index is {memoryview(raw).nbytes} bytes, expected {self.index_nbytes} "
+                "(truncated shard?)"
+            )
+        table = self.index.decode(raw).reshape(self.n_inner, 2)
+        table = np.ascontiguousarray(table, dtype=np.uint64)
+        offsets, lengths = table[:, 0], table[:, 1]
+        empty = (offsets == EMPTY) & (lengths == EMPTY)
+        present = ~empty
+        if present.any():
+            off, ln = offsets[present], lengths[present]
+            if shard_nbytes is None:
+                limit = np.uint64(2**63)
+            else:
+                limit = np.uint64(shard_nbytes)
+            bad = (off >= limit) | (ln > limit) | (off + ln > limit) | (off + ln < off)
+            if self.index_location == "start":
+                bad |= off < np.uint64(self.index_nbytes)
+            elif shard_nbytes is not None:
+                bad |= off + ln > np.uint64(shard_nbytes - self.index_nbytes)
+            if bad.any():
+                i = int(np.flatnonzero(present)[np.flatnonzero(bad)[0]])
+                raise CorruptChunkError(
+                    f"shard index entry {i} (offset {int(offsets[i])}, length {int(lengths[i])}) "
+                    f"points outside the shard of {shard_nbytes} bytes"
+                )
+        return table
+
+    def split(self, data: Buf) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
+        """Return a whole shard as a byte view and its decoded index table."""
+        u8 = as_u8(data)
+        n = self.index_nbytes
+        if u8.nbytes < n:
+            raise CorruptChunkError(
+                f"shard is {u8.nbytes} bytes, shorter than its {n}-byte index (truncated shard?)"
+            )
+        raw_index = u8[:n] if self.index_location == "start" else u8[u8.nbytes - n :]
+        return u8, self.decode_index(raw_index, shard_nbytes=u8.nbytes)
+
+    def inner_coords(self) -> Iterator[tuple[int, ...]]:
+        """Inner chunk coordinates in C order (the index order)."""
+        return itertools.product(*(range(n) for n in self.chunks_per_shard))
+
+    def assemble(self, encoded: Mapping[int, Buf]) -> npt.NDArray[np.uint8] | None:
+        """Build a shard from encoded inner chunks keyed by C-order index; ``None`` if empty."""
+        if not encoded:
+            return None
+        table = np.full((self.n_inner, 2), EMPTY, dtype=np.uint64)
+        n_index = self.index_nbytes
+        pos = n_index if self.index_location == "start" else 0
+        order = sorted(encoded)
+        sizes = [memoryview(encoded[i]).nbytes for i in order]
+        total = sum(sizes) + n_index
+        out = np.empty(total, dtype=np.uint8)
+        for i, size in zip(order, sizes, strict=True):
+            table[i] = (pos, size)
+            out[pos : pos + size] = as_u8(encoded[i])
+            pos += size
+        index_bytes = as_u8(self.index.encode(table.reshape(*self.chunks_per_shard, 2)))
+        if self.index_location == "start":
+            out[:n_index] = index_bytes
+        else:
+            out[total - n_index :] = index_bytes
+        return out
+
+    def encoded_size(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> int | None:
+        """Shards are variable-size."""
+        return None

@@ -1,0 +1,191 @@
+"""cuzarr's settings and :func:`configure`, the one switch that routes zarr through cuzarr.
+
+Settings are a frozen dataclass. Each :class:`cuzarr.Pipeline` captures the settings in force
+when zarr creates it (so they travel with a pickled array to Dask workers); the explicit API
+takes them per call. Environment variables give the defaults, so worker processes started with
+the same environment behave the same: ``CUZARR_THREADS``, ``CUZARR_STRICT``, ``CUZARR_DEVICE``.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import threading
+from dataclasses import dataclass, replace
+from types import TracebackType
+from typing import Any, Self
+
+__all__ = ["Device", "Settings", "configure", "get_settings"]
+
+PIPELINE_PATH = "cuzarr.Pipeline"
+
+
+class Device(enum.StrEnum):
+    """Where chunks are decoded."""
+
+    AUTO = "auto"
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ValueError(f"Environment variable {name}: expected an integer, got {raw!r}") from exc
+    if value < 1:
+        raise ValueError(f"Environment variable {name}: expected an integer >= 1, got {raw!r}")
+    return value
+
+
+def _env_bool(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"Environment variable {name}: expected a boolean, got {raw!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Engine settings.
+
+    Attributes
+    ----------
+    device : Device
+        ``auto`` (CPU until the GPU backend lands), ``cpu`` or ``gpu``.
+    strict : bool
+        Raise :class:`~cuzarr.errors.UnsupportedError` instead of falling back to zarr-python's
+        pipeline.
+    threads : int or None
+        Worker threads of the CPU engine; ``None`` means one per core.
+    max_gap : int
+        Largest gap in bytes bridged when coalescing byte ranges of one shard.
+    max_coalesced : int
+        Largest coalesced range in bytes.
+    max_bytes_in_flight : int
+        Bound on decoded-but-not-scattered and fetched-but-not-decoded bytes for huge reads.
+    max_chunk_nbytes : int
+        Refuse arrays whose single chunk would decode to more than this (untrusted metadata).
+    """
+
+    device: Device = Device.AUTO
+    strict: bool = False
+    threads: int | None = None
+    max_gap: int = 64 * 1024
+    max_coalesced: int = 16 * 1024 * 1024
+    max_bytes_in_flight: int = 512 * 1024 * 1024
+    max_chunk_nbytes: int = 2**31
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """Settings from ``CUZARR_*`` environment variables."""
+        device = os.environ.get("CUZARR_DEVICE", "auto").strip().lower() or "auto"
+        try:
+            dev = Device(device)
+        except ValueError as exc:
+            raise ValueError(
+                f"Environment variable CUZARR_DEVICE: expected auto, cpu or gpu, got {device!r}"
+            ) from exc
+        return cls(device=dev, strict=_env_bool("CUZARR_STRICT"), threads=_env_int("CUZARR_THREADS"))
+
+    @property
+    def n_threads(self) -> int:
+        """Resolved worker thread count."""
+        return self.threads or os.cpu_count() or 1
+
+
+_lock = threading.Lock()
+_current: Settings | None = None
+
+
+def get_settings() -> Settings:
+    """Return the settings in force (from the environment until :func:`configure` is called)."""
+    global _current
+    if _current is None:
+        with _lock:
+            if _current is None:
+                _current = Settings.from_env()
+    return _current
+
+
+def _set_settings(settings: Settings | None) -> None:
+    global _current
+    with _lock:
+        _current = settings
+
+
+class configure:  # noqa: N801 - used like a function
+    """Route every zarr-python read and write through cuzarr.
+
+    Sets zarr's ``codec_pipeline.path`` to ``cuzarr.Pipeline`` and updates cuzarr's settings.
+    Works as a plain call (the change stays) or as a context manager (restored on exit).
+
+    Parameters
+    ----------
+    device : {"auto", "cpu", "gpu"}, optional
+        Where to decode.
+    strict : bool, optional
+        Raise instead of falling back to zarr-python's pipeline.
+    threads : int, optional
+        CPU worker threads.
+    **options
+        Other :class:`Settings` fields (``max_gap``, ``max_coalesced``, ...).
+
+    Examples
+    --------
+    >>> import cuzarr, zarr
+    >>> with cuzarr.configure(strict=True):
+    ...     pass  # zarr reads and writes here go through cuzarr
+    """
+
+    def __init__(
+        self,
+        device: str | Device | None = None,
+        *,
+        strict: bool | None = None,
+        threads: int | None = None,
+        **options: Any,
+    ) -> None:
+        import zarr
+
+        changes: dict[str, Any] = dict(options)
+        if device is not None:
+            changes["device"] = Device(device)
+        if strict is not None:
+            changes["strict"] = strict
+        if threads is not None:
+            if threads < 1:
+                raise ValueError(f"threads: expected an integer >= 1, got {threads!r}")
+            changes["threads"] = threads
+        unknown = set(changes) - set(Settings.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"configure() got unknown options: {', '.join(sorted(unknown))}")
+        self._previous_settings = get_settings()
+        self._previous_path = zarr.config.get("codec_pipeline.path")
+        new = replace(self._previous_settings, **changes)
+        if new.device is Device.GPU:
+            from cuzarr.backends import require_gpu
+
+            require_gpu()
+        _set_settings(new)
+        zarr.config.set({"codec_pipeline.path": PIPELINE_PATH})
+        self.settings = new
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        import zarr
+
+        zarr.config.set({"codec_pipeline.path": self._previous_path})
+        _set_settings(self._previous_settings)

@@ -1,0 +1,523 @@
+"""The engine: read and write batches of chunk requests for one array on one store.
+
+Reads fetch, decode and scatter each chunk in one task on the CPU backend, decoding straight
+into the output where the chunk maps onto a contiguous region of it and otherwise into a
+per-thread scratch chunk followed by a single strided copy. Sharded arrays are read in two
+phases per wave of shards: fetch (whole shard, or its index and then coalesced ranges of the
+needed inner chunks), then decode every needed inner chunk of the wave in parallel.
+
+Writes merge, encode and store each chunk in one task; a shard is rebuilt once per write
+call, keeping the stored bytes of inner chunks the write does not touch.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from cuzarr import _zarr_compat as compat
+from cuzarr.backends.cpu import parallel_map
+from cuzarr.codecs.base import Buf
+from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
+from cuzarr.codecs.sharding import EMPTY, ShardingCodec
+from cuzarr.config import Settings
+from cuzarr.errors import CorruptChunkError, CuzarrError
+from cuzarr.metadata.spec import ArraySpec
+from cuzarr.plan import ByteRange, ChunkRequest, coalesce
+from cuzarr.selection import is_full, iter_blocks, needed_blocks, rebase, selection_box
+from cuzarr.stores.base import ChunkStore, Scratch
+
+__all__ = ["ArrayEngine"]
+
+Codec = ChunkCodec | V2ChunkCodec
+
+
+def _decode_failure(key: str, path: str, exc: Exception) -> CorruptChunkError:
+    if isinstance(exc, CorruptChunkError):
+        return CorruptChunkError(f"Corrupt chunk '{key}' of array '{path}': {exc}")
+    return CorruptChunkError(
+        f"Failed to decode chunk '{key}' of array '{path}': {type(exc).__name__}: {exc}"
+    )
+
+
+def _view(out: npt.NDArray[Any], out_selection: Any) -> npt.NDArray[Any] | None:
+    """``out[out_selection]`` when that is a view (basic slices), else ``None``."""
+    if isinstance(out_selection, slice):
+        out_selection = (out_selection,)
+    if isinstance(out_selection, tuple) and all(isinstance(s, slice) for s in out_selection):
+        return out[out_selection]
+    return None
+
+
+class _ChunkScratch:
+    """Per-thread decoded-chunk buffers keyed by shape and dtype."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def get(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        cache: dict[tuple[tuple[int, ...], str], npt.NDArray[Any]] | None = getattr(
+            self._local, "cache", None
+        )
+        if cache is None:
+            cache = self._local.cache = {}
+        key = (shape, dtype.str)
+        buf = cache.get(key)
+        if buf is None:
+            if len(cache) > 8:
+                cache.clear()
+            buf = cache[key] = np.empty(shape, dtype=dtype)
+        return buf
+
+
+@dataclass(slots=True)
+class _ShardRead:
+    """What phase one of a sharded read found for one request."""
+
+    request: ChunkRequest
+    present: bool
+    table: npt.NDArray[np.uint64] | None = None
+    sources: dict[int, Buf] = field(default_factory=dict)
+    dest: npt.NDArray[Any] | None = None
+    in_place: bool = False
+    origin: tuple[int, ...] = ()
+    blocks: list[tuple[int, ...]] = field(default_factory=list)
+
+
+class ArrayEngine:
+    """Reads and writes chunks of one array.
+
+    Parameters
+    ----------
+    spec : ArraySpec
+        Parsed metadata.
+    codec : ChunkCodec or V2ChunkCodec
+        The compiled codec chain of the array's chunks.
+    settings : Settings
+        Thread count, coalescing and memory bounds.
+    """
+
+    def __init__(self, spec: ArraySpec, codec: Codec, settings: Settings) -> None:
+        self.spec = spec
+        self.codec = codec
+        self.settings = settings
+        self.fill = compat.fill_for_missing(spec.fill_value, spec.data_type)
+        self.sharding: ShardingCodec | None = codec.sharding
+        self._scratch = Scratch()
+        self._chunks = _ChunkScratch()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spec": self.spec, "codec": self.codec, "settings": self.settings}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["spec"], state["codec"], state["settings"])  # type: ignore[misc]
+
+    # ------------------------------------------------------------------ decoding helpers
+
+    def _decode_into(self, codec: Codec, key: str, raw: Buf, dest: npt.NDArray[Any]) -> None:
+        """Decode one chunk into ``dest`` (chunk-shaped), through scratch if ``dest`` is strided."""
+        try:
+            if dest.flags.c_contiguous or not codec.direct:
+                codec.decode_into(raw, dest)
+            else:
+                tmp = self._chunks.get(codec.shape, codec.dtype)
+                codec.decode_into(raw, tmp)
+                dest[...] = tmp
+        except CuzarrError as exc:
+            if isinstance(exc, CorruptChunkError):
+                raise _decode_failure(key, self.spec.path, exc) from exc
+            raise
+        except Exception as exc:
+            raise _decode_failure(key, self.spec.path, exc) from exc
+
+    def _decode(self, codec: Codec, key: str, raw: Buf) -> npt.NDArray[Any]:
+        """Decode one chunk to an array (a per-thread scratch buffer when possible)."""
+        try:
+            if codec.direct:
+                tmp = self._chunks.get(codec.shape, codec.dtype)
+                codec.decode_into(raw, tmp)
+                return tmp
+            return codec.decode(raw)
+        except CuzarrError as exc:
+            if isinstance(exc, CorruptChunkError):
+                raise _decode_failure(key, self.spec.path, exc) from exc
+            raise
+        except Exception as exc:
+            raise _decode_failure(key, self.spec.path, exc) from exc
+
+    # ------------------------------------------------------------------ reads
+
+    def read(
+        self,
+        store: ChunkStore,
+        requests: Sequence[ChunkRequest],
+        out: npt.NDArray[Any],
+        drop_axes: tuple[int, ...] = (),
+    ) -> list[bool]:
+        """Read requests into ``out``; return, per request, whether the chunk was present."""
+        if self.sharding is not None:
+            return self._read_sharded(store, requests, out, drop_axes)
+
+        def one(req: ChunkRequest) -> bool:
+            return self._read_chunk(store, req, out, drop_axes)
+
+        return parallel_map(one, requests, self.settings.n_threads)
+
+    def _read_chunk(
+        self, store: ChunkStore, req: ChunkRequest, out: npt.NDArray[Any], drop_axes: tuple[int, ...]
+    ) -> bool:
+        raw = store.get(req.key, self._scratch)
+        if raw is None:
+            out[req.out_selection] = self.fill
+            return False
+        codec = self.codec
+        if not drop_axes and is_full(req.chunk_selection, codec.shape):
+            dest = _view(out, req.out_selection)
+            if dest is not None and dest.shape == codec.shape:
+                self._decode_into(codec, req.key, raw, dest)
+                return True
+        chunk = self._decode(codec, req.key, raw)
+        selected = chunk[req.chunk_selection]
+        if drop_axes:
+            selected = selected.squeeze(axis=drop_axes)
+        out[req.out_selection] = selected
+        return True
+
+    def _read_sharded(
+        self,
+        store: ChunkStore,
+        requests: Sequence[ChunkRequest],
+        out: npt.NDArray[Any],
+        drop_axes: tuple[int, ...],
+    ) -> list[bool]:
+        sh = self.sharding
+        assert sh is not None
+        shard_nbytes = max(1, self.codec.nbytes)
+        per_wave = max(1, self.settings.max_bytes_in_flight // shard_nbytes)
+        results: list[bool] = []
+        for w in range(0, len(requests), per_wave):
+            wave = requests[w : w + per_wave]
+
+            def fetch(req: ChunkRequest) -> _ShardRead:
+                return self._fetch_shard(store, sh, req, out, drop_axes)
+
+            reads = parallel_map(fetch, wave, self.settings.n_threads)
+            tasks: list[tuple[_ShardRead, tuple[int, ...]]] = [
+                (r, b) for r in reads if r.present for b in r.blocks
+            ]
+
+            def decode(task: tuple[_ShardRead, tuple[int, ...]]) -> None:
+                self._decode_inner(sh, *task)
+
+            parallel_map(decode, tasks, self.settings.n_threads)
+
+            def scatter(r: _ShardRead) -> bool:
+                return self._scatter_shard(r, out, drop_axes)
+
+            results.extend(parallel_map(scatter, reads, self.settings.n_threads))
+        return results
+
+    def _fetch_shard(
+        self,
+        store: ChunkStore,
+        sh: ShardingCodec,
+        req: ChunkRequest,
+        out: npt.NDArray[Any],
+        drop_axes: tuple[int, ...],
+    ) -> _ShardRead:
+        shard_shape = self.codec.shape
+        per_dim = needed_blocks(req.chunk_selection, sh.chunk_shape, shard_shape)
+        blocks = list(iter_blocks(per_dim))
+        result = _ShardRead(request=req, present=False, blocks=blocks)
+        if not blocks:
+            return result
+        cps = sh.chunks_per_shard
+        flat = [int(np.ravel_multi_index(b, cps)) for b in blocks]
+        try:
+            if len(blocks) == sh.n_inner:
+                raw = store.get(req.key)
+                if raw is None:
+                    return result
+                u8, table = sh.split(raw)
+                sources = {
+                    i: u8[int(table[i, 0]) : int(table[i, 0]) + int(table[i, 1])]
+                    for i in flat
+                    if table[i, 0] != EMPTY
+                }
+            else:
+                fetched = self._fetch_shard_index(store, sh, req.key)
+                if fetched is None:
+                    return result
+                table, size = fetched
+                sources = self._fetch_inner_ranges(store, req.key, table, flat, size)
+        except CorruptChunkError as exc:
+            raise CorruptChunkError(
+                f"Corrupt shard '{req.key}' of array '{self.spec.path}': {exc}"
+            ) from exc
+        result.present = True
+        result.table = table
+        result.sources = sources
+        # Destination: the output itself for a whole-shard box read, else a buffer over the
+        # bounding box of the needed inner chunks.
+        if not drop_axes and is_full(req.chunk_selection, shard_shape):
+            dest = _view(out, req.out_selection)
+            if dest is not None and dest.shape == shard_shape:
+                result.dest = dest
+                result.in_place = True
+                result.origin = (0,) * len(shard_shape)
+                return result
+        lo = tuple(int(d[0]) * c for d, c in zip(per_dim, sh.chunk_shape, strict=True))
+        hi = tuple((int(d[-1]) + 1) * c for d, c in zip(per_dim, sh.chunk_shape, strict=True))
+        result.origin = lo
+        result.dest = np.empty(tuple(h - l for l, h in zip(lo, hi, strict=True)), self.codec.dtype)
+        return result
+
+    def _fetch_shard_index(
+        self, store: ChunkStore, sh: ShardingCodec, key: str
+    ) -> tuple[npt.NDArray[np.uint64], int | None] | None:
+        n = sh.index_nbytes
+        if sh.index_location == "end":
+            got = store.get_suffix(key, n)
+            if got is None:
+                return None
+            raw, size = got
+            if size < n:
+                raise CorruptChunkError(f"shard is {size} bytes, shorter than its {n}-byte index")
+            return sh.decode_index(raw, shard_nbytes=size), size
+        parts = store.get_ranges(key, [(0, n)])
+        if parts is None:
+            return None
+        return sh.decode_index(parts[0], shard_nbytes=None), None
+
+    def _fetch_inner_ranges(
+        self,
+        store: ChunkStore,
+        key: str,
+        table: npt.NDArray[np.uint64],
+        flat: list[int],
+        size: int | None,
+    ) -> dict[int, Buf]:
+        ranges = [
+            ByteRange(int(table[i, 0]), int(table[i, 1]), i) for i in flat if table[i, 0] != EMPTY
+        ]
+        if not ranges:
+            return {}
+        reads = coalesce(
+            ranges, max_gap=self.settings.max_gap, max_size=self.settings.max_coalesced
+        )
+        data = store.get_ranges(key, [(r.start, r.length) for r in reads])
+        if data is None:
+            raise CorruptChunkError("shard disappeared between reading its index and its chunks")
+        sources: dict[int, Buf] = {}
+        for read, buf in zip(reads, data, strict=True):
+            if memoryview(buf).nbytes < read.length:
+                raise CorruptChunkError(
+                    f"index points past the end of the shard (wanted bytes {read.start}.."
+                    f"{read.start + read.length}, got {memoryview(buf).nbytes})"
+                )
+            for part in read.parts:
+                off = part.start - read.start
+                sources[part.tag] = buf[off : off + part.length]
+        return sources
+
+    def _decode_inner(self, sh: ShardingCodec, r: _ShardRead, block: tuple[int, ...]) -> None:
+        assert r.dest is not None
+        region = tuple(
+            slice(b * c - o, (b + 1) * c - o)
+            for b, c, o in zip(block, sh.chunk_shape, r.origin, strict=True)
+        )
+        dest = r.dest[region]
+        i = int(np.ravel_multi_index(block, sh.chunks_per_shard))
+        src = r.sources.get(i)
+        if src is None:
+            dest[...] = self.fill
+            return
+        self._decode_into(sh.inner, f"{r.request.key}[inner chunk {block}]", src, dest)
+
+    def _scatter_shard(self, r: _ShardRead, out: npt.NDArray[Any], drop_axes: tuple[int, ...]) -> bool:
+        req = r.request
+        if not r.present:
+            out[req.out_selection] = self.fill
+            return False
+        assert r.dest is not None
+        if r.in_place:
+            return True
+        sel = rebase(req.chunk_selection, r.origin, r.dest.shape)
+        selected = r.dest[sel]
+        if drop_axes:
+            selected = selected.squeeze(axis=drop_axes)
+        out[req.out_selection] = selected
+        return True
+
+    # ------------------------------------------------------------------ writes
+
+    def write(
+        self,
+        store: ChunkStore,
+        requests: Sequence[ChunkRequest],
+        value: npt.NDArray[Any],
+        drop_axes: tuple[int, ...] = (),
+        *,
+        write_empty_chunks: bool = False,
+    ) -> None:
+        """Merge ``value`` into the requested chunks and store them (or delete empty ones)."""
+        store.check_writable()
+        if self.sharding is not None:
+            sh = self.sharding
+
+            def shard(req: ChunkRequest) -> None:
+                self._write_shard(store, sh, req, value, drop_axes, write_empty_chunks)
+
+            parallel_map(shard, requests, self.settings.n_threads)
+            return
+
+        def one(req: ChunkRequest) -> None:
+            self._write_chunk(store, req, value, drop_axes, write_empty_chunks)
+
+        parallel_map(one, requests, self.settings.n_threads)
+
+    def _merge(
+        self,
+        existing: npt.NDArray[Any] | None,
+        shape: tuple[int, ...],
+        selection: tuple[Any, ...],
+        value: npt.NDArray[Any],
+        out_selection: Any,
+        drop_axes: tuple[int, ...],
+    ) -> npt.NDArray[Any]:
+        """zarr's merge rule: existing (or fill) with ``value`` written at ``selection``."""
+        if existing is None:
+            chunk = np.full(shape, self.fill, dtype=self.codec.dtype)
+        else:
+            chunk = np.array(existing, dtype=self.codec.dtype, copy=True)
+        if selection == () or value.ndim == 0:
+            chunk[selection] = value
+        else:
+            part = value[out_selection]
+            if drop_axes:
+                item = tuple(None if i in drop_axes else slice(None) for i in range(len(shape)))
+                part = part[item]
+            chunk[selection] = part
+        return chunk
+
+    def _is_empty(self, chunk: npt.NDArray[Any], write_empty_chunks: bool) -> bool:
+        return not write_empty_chunks and compat.all_equal(chunk, self.fill)
+
+    def _encode(self, codec: Codec, key: str, chunk: npt.NDArray[Any]) -> Buf:
+        return codec.encode(chunk)
+
+    def _write_chunk(
+        self,
+        store: ChunkStore,
+        req: ChunkRequest,
+        value: npt.NDArray[Any],
+        drop_axes: tuple[int, ...],
+        write_empty_chunks: bool,
+    ) -> None:
+        codec = self.codec
+        chunk: npt.NDArray[Any] | None = None
+        if req.complete and value.ndim != 0:
+            candidate = value[req.out_selection]
+            if candidate.shape == codec.shape:
+                chunk = candidate
+        if chunk is None:
+            existing = None
+            if not req.complete:
+                raw = store.get(req.key, self._scratch)
+                if raw is not None:
+                    existing = self._decode(codec, req.key, raw)
+            chunk = self._merge(
+                existing, codec.shape, req.chunk_selection, value, req.out_selection, drop_axes
+            )
+        if self._is_empty(chunk, write_empty_chunks):
+            store.delete(req.key)
+        else:
+            store.set(req.key, self._encode(codec, req.key, chunk))
+
+    def _write_shard(
+        self,
+        store: ChunkStore,
+        sh: ShardingCodec,
+        req: ChunkRequest,
+        value: npt.NDArray[Any],
+        drop_axes: tuple[int, ...],
+        write_empty_chunks: bool,
+    ) -> None:
+        shard_shape = self.codec.shape
+        inner_shape = sh.chunk_shape
+        per_dim = needed_blocks(req.chunk_selection, inner_shape, shard_shape)
+        blocks = list(iter_blocks(per_dim))
+        if not blocks:
+            return
+        cps = sh.chunks_per_shard
+        whole = req.complete or len(blocks) == sh.n_inner and is_full(
+            req.chunk_selection, shard_shape
+        )
+        old: dict[int, Buf] = {}
+        if not whole:
+            raw = store.get(req.key)
+            if raw is not None:
+                try:
+                    u8, table = sh.split(raw)
+                except CorruptChunkError as exc:
+                    raise CorruptChunkError(
+                        f"Corrupt shard '{req.key}' of array '{self.spec.path}': {exc}"
+                    ) from exc
+                old = {
+                    i: u8[int(table[i, 0]) : int(table[i, 0]) + int(table[i, 1])]
+                    for i in range(sh.n_inner)
+                    if table[i, 0] != EMPTY
+                }
+        # Decode the touched inner chunks that the write does not fully cover into a buffer
+        # over the bounding box of the touched inner chunks, write the value, re-encode.
+        lo = tuple(int(d[0]) * c for d, c in zip(per_dim, inner_shape, strict=True))
+        hi = tuple((int(d[-1]) + 1) * c for d, c in zip(per_dim, inner_shape, strict=True))
+        box = selection_box(req.chunk_selection, shard_shape)
+        buf = np.empty(tuple(h - l for l, h in zip(lo, hi, strict=True)), self.codec.dtype)
+        for b in blocks:
+            region = tuple(
+                slice(x * c - o, (x + 1) * c - o) for x, c, o in zip(b, inner_shape, lo, strict=True)
+            )
+            covered = box is not None and all(
+                s <= x * c and (x + 1) * c <= e
+                for (s, e), x, c in zip(box, b, inner_shape, strict=True)
+            )
+            if covered:
+                continue
+            i = int(np.ravel_multi_index(b, cps))
+            src = old.get(i)
+            if src is None:
+                buf[region] = self.fill
+            else:
+                key = f"{req.key}[inner chunk {b}]"
+                buf[region] = self._decode(sh.inner, key, src)
+        sel = rebase(req.chunk_selection, lo, buf.shape)
+        if value.ndim == 0:
+            buf[sel] = value
+        else:
+            part = value[req.out_selection]
+            if drop_axes:
+                item = tuple(None if i in drop_axes else slice(None) for i in range(len(shard_shape)))
+                part = part[item]
+            buf[sel] = part
+        new = dict(old)
+        for b in blocks:
+            region = tuple(
+                slice(x * c - o, (x + 1) * c - o) for x, c, o in zip(b, inner_shape, lo, strict=True)
+            )
+            i = int(np.ravel_multi_index(b, cps))
+            chunk = buf[region]
+            if self._is_empty(chunk, write_empty_chunks):
+                new.pop(i, None)
+            else:
+                new[i] = self._encode(sh.inner, req.key, chunk)
+        blob = sh.assemble(new)
+        if blob is None:
+            store.delete(req.key)
+        else:
+            store.set(req.key, blob)

@@ -1,0 +1,104 @@
+"""Per-dimension helpers over the chunk selections zarr's indexers produce.
+
+A chunk selection is a tuple with one entry per dimension: an ``int``, a ``slice`` (positive
+step), a boolean mask of the chunk's length, or an integer array (possibly shaped by
+``numpy.ix_``). These helpers find which inner chunks of a shard a selection touches and
+re-base a selection onto a sub-box of the shard.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Box", "is_full", "needed_blocks", "rebase", "selection_box"]
+
+Selector = Any
+Box = tuple[tuple[int, int], ...]
+
+
+def _slice_bounds(s: slice, n: int) -> tuple[int, int, int]:
+    start, stop, step = s.indices(n)
+    return start, stop, step
+
+
+def dim_blocks(entry: Selector, block: int, n: int) -> npt.NDArray[np.intp]:
+    """Sorted unique block indices (blocks of length ``block``) that ``entry`` touches."""
+    if isinstance(entry, slice):
+        start, stop, step = _slice_bounds(entry, n)
+        if stop <= start:
+            return np.empty(0, np.intp)
+        if step == 1:
+            return np.arange(start // block, (stop - 1) // block + 1, dtype=np.intp)
+        return np.unique(np.arange(start, stop, step) // block)
+    if isinstance(entry, np.ndarray):
+        if entry.dtype == bool:
+            return np.unique(np.flatnonzero(entry) // block)
+        return np.unique(entry.reshape(-1).astype(np.intp) // block)
+    return np.array([int(entry) // block], dtype=np.intp)
+
+
+def needed_blocks(
+    selection: Sequence[Selector], block_shape: Sequence[int], shape: Sequence[int]
+) -> list[npt.NDArray[np.intp]]:
+    """Per dimension, the block indices a selection touches (their product covers it)."""
+    return [
+        dim_blocks(e, b, n) for e, b, n in zip(selection, block_shape, shape, strict=True)
+    ]
+
+
+def iter_blocks(per_dim: Sequence[npt.NDArray[np.intp]]) -> Iterator[tuple[int, ...]]:
+    """All block coordinates in the product of per-dimension block lists, C order."""
+    return itertools.product(*(map(int, d) for d in per_dim))
+
+
+def rebase(selection: Sequence[Selector], origin: Sequence[int], size: Sequence[int]) -> tuple[Selector, ...]:
+    """Shift a selection so it indexes a box starting at ``origin`` of extent ``size``."""
+    out: list[Selector] = []
+    for entry, o, n in zip(selection, origin, size, strict=True):
+        if isinstance(entry, slice):
+            start, stop, step = entry.indices(1 << 62)
+            out.append(slice(start - o, stop - o, step))
+        elif isinstance(entry, np.ndarray):
+            if entry.dtype == bool:
+                out.append(entry[o : o + n])
+            else:
+                out.append(entry - o)
+        else:
+            out.append(int(entry) - o)
+    return tuple(out)
+
+
+def selection_box(selection: Sequence[Selector], shape: Sequence[int]) -> Box | None:
+    """The box ``((start, stop), ...)`` a selection covers exactly, or ``None`` if not a box.
+
+    Only slices with step 1 and integers form boxes.
+    """
+    box: list[tuple[int, int]] = []
+    for entry, n in zip(selection, shape, strict=True):
+        if isinstance(entry, slice):
+            start, stop, step = entry.indices(n)
+            if step != 1:
+                return None
+            box.append((start, max(start, stop)))
+        elif isinstance(entry, (int, np.integer)):
+            box.append((int(entry), int(entry) + 1))
+        else:
+            return None
+    return tuple(box)
+
+
+def is_full(selection: Sequence[Selector], shape: Sequence[int]) -> bool:
+    """Whether a selection is exactly the whole of ``shape`` made of slices (no dropped axes)."""
+    if len(selection) != len(shape):
+        return False
+    for entry, n in zip(selection, shape, strict=True):
+        if not isinstance(entry, slice):
+            return False
+        if entry.indices(n) != (0, n, 1):
+            return False
+    return True

@@ -1,0 +1,72 @@
+"""The store interface of the engine: synchronous, called from worker threads.
+
+Stores hand back buffers (``bytes``, ``memoryview`` or ``uint8`` arrays). A missing key is
+``None``, never an error: it reads as the fill value.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from cuzarr.codecs.base import Buf
+
+__all__ = ["ChunkStore", "Scratch"]
+
+
+class Scratch:
+    """A per-thread growable byte buffer for compressed chunks (no allocation per chunk).
+
+    A view returned by :meth:`get` is valid until the same thread asks again.
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def get(self, nbytes: int) -> npt.NDArray[np.uint8]:
+        """Return a writable ``uint8`` view of at least ``nbytes`` for this thread."""
+        buf: npt.NDArray[np.uint8] | None = getattr(self._local, "buf", None)
+        if buf is None or buf.nbytes < nbytes:
+            buf = np.empty(max(nbytes, 1 << 16, 0 if buf is None else buf.nbytes * 2), np.uint8)
+            self._local.buf = buf
+        return buf[:nbytes]
+
+
+@runtime_checkable
+class ChunkStore(Protocol):
+    """What the engine needs from a store."""
+
+    #: A short description for messages, e.g. ``file:///data/a.zarr``.
+    name: str
+
+    def get(self, key: str, scratch: Scratch | None = None) -> Buf | None:
+        """Return the whole object, or ``None`` if missing.
+
+        With ``scratch``, the store may return a view into the thread's scratch buffer.
+        """
+        ...
+
+    def get_ranges(
+        self, key: str, ranges: list[tuple[int, int]]
+    ) -> list[Buf] | None:
+        """Return ``[start, start+length)`` byte ranges of one object, or ``None`` if missing."""
+        ...
+
+    def get_suffix(self, key: str, length: int) -> tuple[Buf, int] | None:
+        """Return the last ``length`` bytes and the object's total size, or ``None``."""
+        ...
+
+    def set(self, key: str, data: Buf) -> None:
+        """Write a whole object atomically: readers see the old or the new value."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove an object; a missing key is not an error."""
+        ...
+
+    def check_writable(self) -> None:
+        """Raise before any write if the store cannot be written."""
+        ...

@@ -1,0 +1,136 @@
+"""Local folders: positional reads from worker threads, atomic writes by rename."""
+
+from __future__ import annotations
+
+import errno
+import os
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from cuzarr.codecs.base import Buf, as_u8
+from cuzarr.errors import StoreError
+from cuzarr.stores.base import Scratch
+
+__all__ = ["TEMP_SUFFIX", "LocalChunkStore"]
+
+#: Suffix of in-progress writes; never a valid chunk key, ignored by ``cuzarr verify``.
+TEMP_SUFFIX = ".partial"
+_MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+
+
+def _pread_exact(fd: int, out: memoryview, offset: int) -> int:
+    """Fill ``out`` from ``offset``; return the bytes read (short only at end of file)."""
+    pos = 0
+    n = len(out)
+    while pos < n:
+        got = os.preadv(fd, [out[pos:]], offset + pos)
+        if got == 0:
+            break
+        pos += got
+    return pos
+
+
+class LocalChunkStore:
+    """Chunks as files below ``root``.
+
+    Parameters
+    ----------
+    root : str or Path
+        The store's root folder.
+    read_only : bool
+        Refuse writes.
+    """
+
+    def __init__(self, root: str | Path, *, read_only: bool = False) -> None:
+        self.root = Path(root)
+        self.read_only = read_only
+        self.name = self.root.as_uri() if self.root.is_absolute() else str(self.root)
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, key)
+
+    def get(self, key: str, scratch: Scratch | None = None) -> Buf | None:
+        """Read a whole file (into the thread's scratch buffer when given)."""
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except _MISSING:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            buf = scratch.get(size) if scratch is not None else np.empty(size, np.uint8)
+            got = _pread_exact(fd, memoryview(buf), 0)
+            return buf[:got]
+        finally:
+            os.close(fd)
+
+    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
+        """Read byte ranges with positional reads on one open file."""
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except _MISSING:
+            return None
+        try:
+            out: list[Buf] = []
+            for start, length in ranges:
+                buf = np.empty(length, np.uint8)
+                got = _pread_exact(fd, memoryview(buf), start)
+                out.append(buf[:got])
+            return out
+        finally:
+            os.close(fd)
+
+    def get_suffix(self, key: str, length: int) -> tuple[Buf, int] | None:
+        """Read the last ``length`` bytes (fewer if the file is shorter) and the file size."""
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except _MISSING:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            start = max(0, size - length)
+            buf = np.empty(size - start, np.uint8)
+            got = _pread_exact(fd, memoryview(buf), start)
+            return buf[:got], size
+        finally:
+            os.close(fd)
+
+    def check_writable(self) -> None:
+        """Raise if the store is read-only."""
+        if self.read_only:
+            raise ValueError("store was opened in read-only mode and does not support writing")
+
+    def set(self, key: str, data: Buf) -> None:
+        """Write to a temporary file in the same folder, then rename over the key."""
+        path = self._path(key)
+        tmp = f"{path}.{uuid.uuid4().hex}{TEMP_SUFFIX}"
+        view = memoryview(as_u8(data))
+        try:
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                pos = 0
+                while pos < len(view):
+                    pos += os.write(fd, view[pos:])
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+                raise StoreError(f"Failed to write chunk '{key}' in {self.name}: {exc}") from exc
+            raise
+
+    def delete(self, key: str) -> None:
+        """Remove a file if it exists."""
+        try:
+            os.remove(self._path(key))
+        except _MISSING:
+            pass

@@ -1,0 +1,65 @@
+"""zarr-python's ``MemoryStore``, read and written through its dictionary directly."""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Any
+
+import numpy as np
+
+from cuzarr.codecs.base import Buf, as_u8
+from cuzarr.stores.base import Scratch
+
+__all__ = ["MemoryChunkStore"]
+
+
+class MemoryChunkStore:
+    """Chunks held in a ``MemoryStore``'s dict of zarr ``Buffer`` objects.
+
+    Parameters
+    ----------
+    store : zarr.storage.MemoryStore
+        The store.
+    """
+
+    def __init__(self, store: Any) -> None:
+        from zarr.core.buffer import cpu
+
+        self._store = store
+        self._dict: MutableMapping[str, Any] = store._store_dict
+        self._buffer_cls = cpu.Buffer
+        self.name = f"memory://{id(self._dict):x}"
+
+    def get(self, key: str, scratch: Scratch | None = None) -> Buf | None:
+        """Return a view of the stored bytes (no copy)."""
+        value = self._dict.get(key)
+        if value is None:
+            return None
+        return np.asarray(value.as_numpy_array()).view(np.uint8).reshape(-1)
+
+    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
+        """Return views of byte ranges."""
+        data = self.get(key)
+        if data is None:
+            return None
+        return [data[start : start + length] for start, length in ranges]
+
+    def get_suffix(self, key: str, length: int) -> tuple[Buf, int] | None:
+        """Return the last ``length`` bytes and the total size."""
+        data = self.get(key)
+        if data is None:
+            return None
+        n = len(data)
+        return data[max(0, n - length) :], n
+
+    def check_writable(self) -> None:
+        """Raise if the store is read-only."""
+        self._store._check_writable()
+
+    def set(self, key: str, data: Buf) -> None:
+        """Store a copy of ``data`` (one dict assignment: atomic for readers)."""
+        self._dict[key] = self._buffer_cls.from_array_like(as_u8(data).copy())
+
+    def delete(self, key: str) -> None:
+        """Remove a key if present."""
+        self._dict.pop(key, None)

@@ -1,0 +1,88 @@
+"""Any other zarr-python ``Store`` (zip, fsspec, obstore, wrappers), through its async API.
+
+Worker threads call the store's coroutines on an event loop that is free while the engine runs:
+the loop that awaits the engine in the pipeline adapter, or zarr's own loop otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+from cuzarr.codecs.base import Buf, as_u8
+from cuzarr.stores.base import Scratch
+
+__all__ = ["ZarrChunkStore"]
+
+
+class ZarrChunkStore:
+    """Adapter from a zarr ``Store`` to :class:`~cuzarr.stores.base.ChunkStore`.
+
+    Parameters
+    ----------
+    store : zarr.abc.store.Store
+        The store.
+    loop : asyncio.AbstractEventLoop or None
+        A running loop not blocked by the engine; ``None`` uses zarr's ``sync``.
+    """
+
+    def __init__(self, store: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        from zarr.core.buffer import default_buffer_prototype
+
+        self._store = store
+        self._loop = loop
+        self._prototype = default_buffer_prototype()
+        self.name = str(store)
+
+    def _run[T](self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._loop is not None:
+            return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        from zarr.core.sync import sync
+
+        return sync(coro)
+
+    @staticmethod
+    def _bytes(value: Any) -> Buf:
+        return as_u8(value.as_numpy_array())
+
+    def get(self, key: str, scratch: Scratch | None = None) -> Buf | None:
+        """Fetch a whole object."""
+        value = self._run(self._store.get(key, self._prototype))
+        return None if value is None else self._bytes(value)
+
+    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
+        """Fetch byte ranges in one ``get_partial_values`` call."""
+        from zarr.abc.store import RangeByteRequest
+
+        requests = [(key, RangeByteRequest(start, start + length)) for start, length in ranges]
+        values = self._run(self._store.get_partial_values(self._prototype, requests))
+        if any(v is None for v in values):
+            return None
+        return [self._bytes(v) for v in values]
+
+    def get_suffix(self, key: str, length: int) -> tuple[Buf, int] | None:
+        """Fetch the object's size, then its last ``length`` bytes."""
+        from zarr.abc.store import SuffixByteRequest
+
+        try:
+            size = int(self._run(self._store.getsize(key)))
+        except FileNotFoundError:
+            return None
+        value = self._run(self._store.get(key, self._prototype, SuffixByteRequest(min(length, size))))
+        if value is None:
+            return None
+        return self._bytes(value), size
+
+    def check_writable(self) -> None:
+        """Raise if the store is read-only."""
+        self._store._check_writable()
+
+    def set(self, key: str, data: Buf) -> None:
+        """Write a whole object through the store."""
+        value = self._prototype.buffer.from_array_like(as_u8(data))
+        self._run(self._store.set(key, value))
+
+    def delete(self, key: str) -> None:
+        """Delete an object through the store (missing keys are ignored by zarr stores)."""
+        self._run(self._store.delete(key))

@@ -1,0 +1,252 @@
+"""``cuzarr.Pipeline``: zarr-python's codec pipeline, served by cuzarr's engine.
+
+zarr builds one pipeline per array through :meth:`Pipeline.from_array_metadata_and_store`,
+which parses the metadata into cuzarr's own types and compiles the codec chain once. Each
+``read`` / ``write`` batch then crosses into a worker thread once and runs on the engine. What
+the engine cannot do (a data type, codec, store, or GPU buffers it does not handle yet) goes to
+zarr's own ``BatchedCodecPipeline``: logged once per reason and counted, or raised with
+``strict=True``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Self
+
+from zarr.abc.codec import CodecPipeline
+
+from cuzarr import _zarr_compat as compat
+from cuzarr import diagnostics
+from cuzarr.codecs.chain import build_chunk_codec
+from cuzarr.config import Settings, get_settings
+from cuzarr.engine import ArrayEngine
+from cuzarr.errors import UnsupportedError
+from cuzarr.metadata import parse_v2, parse_v3
+from cuzarr.plan import ChunkRequest
+from cuzarr.stores import from_zarr_store
+
+if TYPE_CHECKING:
+    from zarr.abc.codec import Codec, GetResult
+    from zarr.abc.store import ByteGetter, ByteSetter, Store
+    from zarr.core.array_spec import ArraySpec as ZArraySpec
+    from zarr.core.buffer import Buffer, NDBuffer
+    from zarr.core.indexing import SelectorTuple
+    from zarr.core.metadata import ArrayMetadata
+
+__all__ = ["Pipeline"]
+
+BatchInfo = tuple[Any, "ZArraySpec", "SelectorTuple", "SelectorTuple", bool]
+
+
+def engine_for_metadata(metadata: Any, settings: Settings) -> ArrayEngine:
+    """Build the engine for zarr-python's parsed array metadata.
+
+    Raises
+    ------
+    UnsupportedError
+        When the engine does not handle this array.
+    """
+    fmt, doc = compat.metadata_document(metadata)
+    spec = parse_v3(doc, path="") if fmt == 3 else parse_v2(doc, path="")
+    codec = build_chunk_codec(spec)
+    if codec.nbytes > settings.max_chunk_nbytes:
+        raise UnsupportedError(
+            f"a chunk decodes to {codec.nbytes} bytes, over the max_chunk_nbytes limit of "
+            f"{settings.max_chunk_nbytes}"
+        )
+    return ArrayEngine(spec, codec, settings)
+
+
+class Pipeline(CodecPipeline):
+    """zarr-python's ``CodecPipeline`` implemented by cuzarr's engine.
+
+    Select it with ``cuzarr.configure()``, ``zarr.config.set({"codec_pipeline.path":
+    "cuzarr.Pipeline"})`` or ``ZARR_CODEC_PIPELINE__PATH=cuzarr.Pipeline``.
+
+    Parameters
+    ----------
+    fallback : CodecPipeline
+        zarr's own pipeline for the same codecs, used for what the engine does not handle.
+    engine : ArrayEngine or None
+        The engine for this array; ``None`` when the whole array falls back.
+    settings : Settings
+        Settings captured when zarr created the pipeline.
+    reason : str or None
+        Why ``engine`` is ``None``.
+    """
+
+    def __init__(
+        self,
+        *,
+        fallback: CodecPipeline,
+        engine: ArrayEngine | None,
+        settings: Settings,
+        reason: str | None = None,
+    ) -> None:
+        self.fallback = fallback
+        self.engine = engine
+        self.settings = settings
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        state = "engine" if self.engine is not None else f"fallback ({self.reason})"
+        return f"cuzarr.Pipeline({state})"
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_array_metadata_and_store(cls, array_metadata: ArrayMetadata, store: Store) -> Self:
+        """Build the pipeline of one array: parse metadata, compile codecs, or fall back."""
+        settings = get_settings()
+        fallback = compat.default_pipeline(array_metadata)
+        try:
+            engine = engine_for_metadata(array_metadata, settings)
+        except UnsupportedError as exc:
+            if settings.strict:
+                raise
+            diagnostics.count("fallback_arrays")
+            diagnostics.log_fallback(str(exc))
+            return cls(fallback=fallback, engine=None, settings=settings, reason=str(exc))
+        return cls(fallback=fallback, engine=engine, settings=settings)
+
+    @classmethod
+    def from_codecs(cls, codecs: Iterable[Codec]) -> Self:
+        """A pipeline from codecs alone (zarr uses this inside its sharding codec): zarr's."""
+        return cls(
+            fallback=compat.default_pipeline_from_codecs(codecs),
+            engine=None,
+            settings=get_settings(),
+            reason="built from codecs without array metadata",
+        )
+
+    def evolve_from_array_spec(self, array_spec: ZArraySpec) -> Self:
+        """Evolve the fallback pipeline; the engine was compiled from full metadata."""
+        return type(self)(
+            fallback=self.fallback.evolve_from_array_spec(array_spec),
+            engine=self.engine,
+            settings=self.settings,
+            reason=self.reason,
+        )
+
+    # ------------------------------------------------------------------ delegated
+
+    @property
+    def supports_partial_decode(self) -> bool:
+        """As zarr's pipeline for the same codecs."""
+        return self.fallback.supports_partial_decode
+
+    @property
+    def supports_partial_encode(self) -> bool:
+        """As zarr's pipeline for the same codecs."""
+        return self.fallback.supports_partial_encode
+
+    def __iter__(self) -> Any:
+        return iter(self.fallback)  # type: ignore[call-overload]
+
+    def validate(self, *, shape: tuple[int, ...], dtype: Any, chunk_grid: Any) -> None:
+        """Validate codecs against the array (zarr's rules)."""
+        self.fallback.validate(shape=shape, dtype=dtype, chunk_grid=chunk_grid)
+
+    def compute_encoded_size(self, byte_length: int, array_spec: ZArraySpec) -> int:
+        """Encoded size (zarr's rules)."""
+        return self.fallback.compute_encoded_size(byte_length, array_spec)
+
+    async def decode(
+        self, chunk_bytes_and_specs: Iterable[tuple[Buffer | None, ZArraySpec]]
+    ) -> Iterable[NDBuffer | None]:
+        """Decode loose chunks (not used by array reads, which go through ``read``)."""
+        return await self.fallback.decode(chunk_bytes_and_specs)
+
+    async def encode(
+        self, chunk_arrays_and_specs: Iterable[tuple[NDBuffer | None, ZArraySpec]]
+    ) -> Iterable[Buffer | None]:
+        """Encode loose chunks (not used by array writes, which go through ``write``)."""
+        return await self.fallback.encode(chunk_arrays_and_specs)
+
+    # ------------------------------------------------------------------ reads and writes
+
+    def _route(self, batch: list[BatchInfo], array: Any) -> tuple[Any, list[ChunkRequest]] | str:
+        """Return ``(store, requests)`` for the engine, or the reason to fall back."""
+        engine = self.engine
+        if engine is None:
+            return self.reason or "no engine"
+        if array is None:
+            return "device (GPU) buffers are not handled by the CPU engine yet"
+        first = compat.store_and_key(batch[0][0])
+        if first is None:
+            return f"byte getter {type(batch[0][0]).__name__} is not a StorePath"
+        store = first[0]
+        requests: list[ChunkRequest] = []
+        for getter, chunk_spec, chunk_sel, out_sel, complete in batch:
+            sk = compat.store_and_key(getter)
+            if sk is None or sk[0] is not store:
+                return "a batch spans several stores"
+            if tuple(chunk_spec.shape) != engine.codec.shape:
+                return "irregular chunk shapes"
+            requests.append(
+                ChunkRequest(
+                    key=sk[1], chunk_selection=tuple(chunk_sel), out_selection=out_sel,
+                    complete=bool(complete),
+                )
+            )
+        return store, requests
+
+    def _fallback_or_raise(self, reason: str, what: str) -> None:
+        if self.settings.strict:
+            raise UnsupportedError(f"cuzarr cannot {what} this array: {reason}")
+        diagnostics.count(f"fallback_{what}s")
+        diagnostics.log_fallback(reason)
+
+    async def read(
+        self,
+        batch_info: Iterable[tuple[ByteGetter, ZArraySpec, SelectorTuple, SelectorTuple, bool]],
+        out: NDBuffer,
+        drop_axes: tuple[int, ...] = (),
+    ) -> tuple[GetResult, ...]:
+        """Read a batch of chunks into ``out`` through the engine."""
+        batch = list(batch_info)
+        if not batch:
+            return ()
+        out_array = compat.as_numpy(out)
+        routed = self._route(batch, out_array)
+        if isinstance(routed, str):
+            self._fallback_or_raise(routed, "read")
+            return await self.fallback.read(batch, out, drop_axes)
+        store, requests = routed
+        assert self.engine is not None
+        chunk_store = from_zarr_store(store, asyncio.get_running_loop())
+        present = await asyncio.to_thread(
+            self.engine.read, chunk_store, requests, out_array, tuple(drop_axes)
+        )
+        diagnostics.count("engine_reads")
+        return tuple({"status": "present" if p else "missing"} for p in present)
+
+    async def write(
+        self,
+        batch_info: Iterable[tuple[ByteSetter, ZArraySpec, SelectorTuple, SelectorTuple, bool]],
+        value: NDBuffer,
+        drop_axes: tuple[int, ...] = (),
+    ) -> None:
+        """Merge ``value`` into a batch of chunks and store them through the engine."""
+        batch = list(batch_info)
+        if not batch:
+            return
+        value_array = compat.as_numpy(value)
+        routed = self._route(batch, value_array)
+        if isinstance(routed, str):
+            self._fallback_or_raise(routed, "write")
+            await self.fallback.write(batch, value, drop_axes)
+            return
+        store, requests = routed
+        assert self.engine is not None
+        chunk_store = from_zarr_store(store, asyncio.get_running_loop())
+        await asyncio.to_thread(
+            self.engine.write,
+            chunk_store,
+            requests,
+            value_array,
+            tuple(drop_axes),
+            write_empty_chunks=compat.write_empty_chunks(batch[0][1]),
+        )
+        diagnostics.count("engine_writes")
