@@ -50,7 +50,8 @@ def _view(out: npt.NDArray[Any], out_selection: Any) -> npt.NDArray[Any] | None:
     if isinstance(out_selection, slice):
         out_selection = (out_selection,)
     if isinstance(out_selection, tuple) and all(isinstance(s, slice) for s in out_selection):
-        return out[out_selection]
+        # The trailing Ellipsis keeps a 0-d result a view (``out[()]`` is a scalar copy).
+        return out[(*out_selection, Ellipsis)]
     return None
 
 

@@ -186,7 +186,8 @@ class Pipeline(CodecPipeline):
                 return "irregular chunk shapes"
             requests.append(
                 ChunkRequest(
-                    key=sk[1], chunk_selection=tuple(chunk_sel), out_selection=out_sel,
+                    key=sk[1], chunk_selection=tuple(chunk_sel),  # type: ignore[arg-type]
+                    out_selection=out_sel,
                     complete=bool(complete),
                 )
             )

@@ -32,7 +32,10 @@ def as_u8(data: Buf) -> npt.NDArray[np.uint8]:
 class BytesToBytes(Protocol):
     """A ``bytes -> bytes`` codec (compressor or checksum)."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The codec name, for messages."""
+        ...
 
     def decode(self, data: Buf, size_hint: int | None) -> Buf:
         """Decode ``data``; ``size_hint`` is the expected decoded size when known."""
@@ -55,13 +58,20 @@ class BytesToBytes(Protocol):
 class ArrayToArray(Protocol):
     """An ``array -> array`` codec (``transpose``, numcodecs filters)."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The codec name, for messages."""
+        ...
 
-    def resolve(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    def resolve(
+        self, shape: tuple[int, ...], dtype: np.dtype[Any]
+    ) -> tuple[tuple[int, ...], np.dtype[Any]]:
         """Return the shape and dtype of the encoded array for a decoded one."""
         ...
 
-    def decode(self, arr: npt.NDArray[Any], shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    def decode(
+        self, arr: npt.NDArray[Any], shape: tuple[int, ...], dtype: np.dtype[Any]
+    ) -> npt.NDArray[Any]:
         """Decode to the given decoded shape and dtype."""
         ...
 
@@ -74,7 +84,10 @@ class ArrayToArray(Protocol):
 class ArrayToBytes(Protocol):
     """An ``array -> bytes`` codec (``bytes``, numcodecs array-to-bytes codecs)."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The codec name, for messages."""
+        ...
 
     def decode(self, data: Buf, shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
         """Decode bytes to an array of ``shape`` and ``dtype`` (native byte order)."""

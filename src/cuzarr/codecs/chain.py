@@ -147,11 +147,11 @@ class ChunkCodec:
 
     def encode(self, arr: npt.NDArray[Any]) -> Buf:
         """Encode a chunk array (shape ``shape``) to stored bytes."""
-        for codec in self.array_codecs:
-            arr = codec.encode(arr)
+        for acodec in self.array_codecs:
+            arr = acodec.encode(arr)
         data = self.array_bytes.encode(arr)
-        for codec in self.bytes_codecs:
-            data = codec.encode(data)
+        for bcodec in self.bytes_codecs:
+            data = bcodec.encode(data)
         return data
 
     def encoded_size(self) -> int | None:

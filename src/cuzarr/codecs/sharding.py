@@ -163,6 +163,30 @@ class ShardingCodec:
             out[total - n_index :] = index_bytes
         return out
 
+    def _region(self, coords: tuple[int, ...]) -> tuple[slice, ...]:
+        return tuple(
+            slice(c * s, (c + 1) * s) for c, s in zip(coords, self.chunk_shape, strict=True)
+        )
+
+    def decode(self, data: Buf, shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        """Decode a whole shard to an array (empty inner chunks read as the fill value)."""
+        u8, table = self.split(data)
+        out = np.empty(shape, dtype=dtype)
+        for i, coords in enumerate(self.inner_coords()):
+            off, length = int(table[i, 0]), int(table[i, 1])
+            if table[i, 0] == EMPTY:
+                out[self._region(coords)] = self.fill_value
+            else:
+                self.inner.decode_into(u8[off : off + length], out[self._region(coords)])
+        return out
+
+    def encode(self, arr: npt.NDArray[Any]) -> Buf:
+        """Encode a whole shard, storing every inner chunk (``write_empty_chunks=True``)."""
+        encoded = {i: self.inner.encode(arr[self._region(c)]) for i, c in enumerate(self.inner_coords())}
+        out = self.assemble(encoded)
+        assert out is not None
+        return out
+
     def encoded_size(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> int | None:
         """Shards are variable-size."""
         return None
