@@ -172,16 +172,31 @@ class ArrayEngine:
     def _read_chunk(
         self, store: ChunkStore, req: ChunkRequest, out: npt.NDArray[Any], drop_axes: tuple[int, ...]
     ) -> bool:
+        codec = self.codec
+        dest = None
+        if not drop_axes and is_full(req.chunk_selection, codec.shape):
+            dest = _view(out, req.out_selection)
+            if dest is not None and dest.shape != codec.shape:
+                dest = None
+        if dest is not None and codec.raw and dest.flags.c_contiguous and dest.dtype == codec.dtype:
+            # Uncompressed chunk into a contiguous region: one read, no copy.
+            size = store.read_into(req.key, dest.reshape(-1).view(np.uint8))
+            if size is None:
+                dest[...] = self.fill
+                return False
+            if size != codec.nbytes:
+                raise CorruptChunkError(
+                    f"Corrupt chunk '{req.key}' of array '{self.spec.path}': stored "
+                    f"{size} bytes, expected {codec.nbytes}"
+                )
+            return True
         raw = store.get(req.key, self._scratch)
         if raw is None:
             out[req.out_selection] = self.fill
             return False
-        codec = self.codec
-        if not drop_axes and is_full(req.chunk_selection, codec.shape):
-            dest = _view(out, req.out_selection)
-            if dest is not None and dest.shape == codec.shape:
-                self._decode_into(codec, req.key, raw, dest)
-                return True
+        if dest is not None:
+            self._decode_into(codec, req.key, raw, dest)
+            return True
         chunk = self._decode(codec, req.key, raw)
         selected = chunk[req.chunk_selection]
         if drop_axes:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cuzarr._json import JsonReader
+from cuzarr._json import JsonReader, describe
 from cuzarr.codecs.base import ArrayToArray, ArrayToBytes, Buf, BytesToBytes, as_u8
 from cuzarr.codecs.bytes_ import NATIVE, BytesCodec
 from cuzarr.codecs.crc32c_ import Crc32cCodec
@@ -100,6 +100,11 @@ class ChunkCodec:
         return (
             not self.array_codecs and isinstance(ab, BytesCodec) and ab.is_native(self.dtype)
         )
+
+    @property
+    def raw(self) -> bool:
+        """Whether stored bytes are exactly the chunk's C-order memory (no codec work)."""
+        return self.direct and not self.bytes_codecs
 
     def _unwrap(self, raw: Buf) -> Buf:
         """Apply all but the first ``bytes -> bytes`` decoder (checksums, outer wrappers)."""
@@ -193,6 +198,11 @@ class V2ChunkCodec:
         return not self.filters and (self.order == "C" or len(self.shape) <= 1)
 
     @property
+    def raw(self) -> bool:
+        """Whether stored bytes are exactly the chunk's C-order memory (no codec work)."""
+        return self.direct and self.compressor is None
+
+    @property
     def sharding(self) -> None:
         """v2 has no sharding."""
         return None
@@ -235,77 +245,124 @@ class V2ChunkCodec:
         else:
             chunk = np.ascontiguousarray(chunk)
         for f in self.filters:
-            chunk = f.codec.encode(chunk)
-        if self.compressor is not None:
-            return self.compressor.encode(chunk)
-        return as_u8(np.ascontiguousarray(chunk) if isinstance(chunk, np.ndarray) else chunk).copy()
-
-    def encoded_size(self) -> int | None:
-        """Only uncompressed, unfiltered v2 chunks have a fixed size."""
-        return self.nbytes if self.compressor is None and not self.filters else None
-
-
 # --------------------------------------------------------------------------------------------
 # building chains from metadata
 
 
+def _document(spec: ArraySpec) -> str:
+    return "zarr.json" if spec.zarr_format == 3 else ".zarray"
+
+
 def _reader(spec: ArraySpec, codec: CodecSpec, where: str) -> JsonReader:
-    doc = "zarr.json" if spec.zarr_format == 3 else ".zarray"
-    return JsonReader(codec.configuration, doc, spec.path, f"{where}.configuration")
+    return JsonReader(codec.configuration, _document(spec), spec.path, f"{where}.configuration")
 
 
-def _numcodecs_instance(spec: ArraySpec, codec_id: str, config: dict[str, Any], where: str) -> Any:
+def _check_numcodec_config(r: JsonReader, codec_id: str) -> None:
+    """Check the fields of well-known numcodecs configurations (numcodecs checks them late).
+
+    numcodecs stores most constructor arguments as given and fails only when a chunk is
+    encoded or decoded, which would surface as a corrupt chunk. Checking here names the field.
+    """
+    if codec_id == "zstd":
+        r.only(("level", "checksum"), "codec 'zstd'")
+        r.int_("level", 0, minimum=-131072, maximum=22)
+        r.bool_("checksum", False)
+    elif codec_id in ("zlib", "gzip"):
+        r.only(("level",), f"codec '{codec_id}'")
+        r.int_("level", 1, minimum=-1, maximum=9)
+    elif codec_id == "bz2":
+        r.only(("level",), "codec 'bz2'")
+        r.int_("level", 1, minimum=1, maximum=9)
+    elif codec_id == "lz4":
+        r.only(("acceleration",), "codec 'lz4'")
+        r.int_("acceleration", 1)
+    elif codec_id == "blosc":
+        from numcodecs import blosc
+
+        r.only(("cname", "clevel", "shuffle", "blocksize", "typesize"), "codec 'blosc'")
+        r.choice("cname", tuple(blosc.list_compressors()), "lz4")
+        r.int_("clevel", 5, minimum=0, maximum=9)
+        r.int_("shuffle", 1, minimum=-1, maximum=2)
+        r.int_("blocksize", 0, minimum=0)
+        if r.raw("typesize", None) is not None:
+            r.int_("typesize", minimum=1)
+    elif codec_id == "shuffle":
+        r.only(("elementsize",), "codec 'shuffle'")
+        r.int_("elementsize", 4, minimum=1)
+    elif codec_id in ("crc32", "crc32c", "adler32"):
+        r.only(("location",), f"codec '{codec_id}'")
+        if r.raw("location", None) is not None:
+            r.choice("location", ("start", "end"))
+    elif codec_id == "bitround":
+        r.int_("keepbits", minimum=0)
+
+
+def _numcodecs_instance(
+    spec: ArraySpec, codec_id: str, config: dict[str, Any], where: str, reader: JsonReader
+) -> Any:
+    """Instantiate a numcodecs codec; ``reader`` reads ``config`` and names its fields."""
     if codec_id in UNSAFE_CODECS or codec_id in OBJECT_CODECS:
         raise UnsupportedError(
             f"Array '{spec.path}': codec '{codec_id}' ({where}) is not handled by cuzarr's engine"
         )
+    _check_numcodec_config(reader, codec_id)
     try:
         return make_numcodec({"id": codec_id, **config})
-    except ValueError as exc:
-        if "codec not available" in str(exc):
+    except (ValueError, TypeError) as exc:
+        if isinstance(exc, ValueError) and "codec not available" in str(exc):
             raise UnsupportedError(
-                f"Array '{spec.path}': unknown codec '{codec_id}' ({where})"
+                f"Array '{spec.path}': unknown codec '{codec_id}' ({where} in "
+                f"{_document(spec)})"
             ) from exc
         raise MetadataError(
-            f"Failed to parse '{where}' of '{spec.path}': invalid configuration {config!r} ({exc})"
+            f"Failed to parse '{where}' in {_document(spec)} of '{spec.path}': invalid "
+            f"configuration of codec '{codec_id}', got {describe(config)} ({exc})"
         ) from exc
-    except TypeError as exc:
-        raise MetadataError(
-            f"Failed to parse '{where}' of '{spec.path}': invalid configuration {config!r} ({exc})"
-        ) from exc
+
+
+#: Names of the v3 ``bytes -> bytes`` codecs cuzarr knows (for chain-order messages).
+_V3_BYTES_CODECS = frozenset({"crc32c", "zstd", "gzip", "blosc"})
 
 
 def _bytes_to_bytes(spec: ArraySpec, codec: CodecSpec, where: str) -> BytesToBytes | None:
     r = _reader(spec, codec, where)
     name = codec.name
     if name == "crc32c":
+        r.only((), "codec 'crc32c'")
         return Crc32cCodec()
     if name == "zstd":
-        level = r.int_("level", 0)
+        r.only(("level", "checksum"), "codec 'zstd'")
+        level = r.int_("level", 0, minimum=-131072, maximum=22)
         checksum = r.bool_("checksum", False)
-        return NumcodecsBytesCodec(
-            "zstd", _numcodecs_instance(spec, "zstd", {"level": level, "checksum": checksum}, where)
-        )
+        cfg: dict[str, Any] = {"level": level, "checksum": checksum}
+        return NumcodecsBytesCodec("zstd", _numcodecs_instance(spec, "zstd", cfg, where, r))
     if name == "gzip":
-        level = r.int_("level", 5)
-        if not 0 <= level <= 9:
-            raise r.fail("level", "int in 0..9", level)
-        return NumcodecsBytesCodec("gzip", _numcodecs_instance(spec, "gzip", {"level": level}, where))
+        r.only(("level",), "codec 'gzip'")
+        level = r.int_("level", 5, minimum=0, maximum=9)
+        return NumcodecsBytesCodec(
+            "gzip", _numcodecs_instance(spec, "gzip", {"level": level}, where, r)
+        )
     if name == "blosc":
         shuffle_names = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
+        r.only(("cname", "clevel", "shuffle", "typesize", "blocksize"), "codec 'blosc'")
         cname = r.choice("cname", ("lz4", "lz4hc", "blosclz", "snappy", "zlib", "zstd"), "zstd")
-        clevel = r.int_("clevel", 5)
+        if cname == "snappy":
+            raise UnsupportedError(
+                f"Array '{spec.path}': blosc compressor 'snappy' ({where}) is not available"
+            )
+        clevel = r.int_("clevel", 5, minimum=0, maximum=9)
         shuffle = r.choice("shuffle", tuple(shuffle_names), "bitshuffle")
         typesize = r.int_("typesize", 1, minimum=1)
         blocksize = r.int_("blocksize", 0, minimum=0)
         cfg = {"cname": cname, "clevel": clevel, "shuffle": shuffle_names[shuffle],
                "blocksize": blocksize, "typesize": typesize}
-        return NumcodecsBytesCodec("blosc", _numcodecs_instance(spec, "blosc", cfg, where))
+        plain = JsonReader(cfg, r.document, r.path, r.prefix)
+        return NumcodecsBytesCodec("blosc", _numcodecs_instance(spec, "blosc", cfg, where, plain))
     if name.startswith("numcodecs."):
         codec_id = name.removeprefix("numcodecs.")
         if codec_id in _NUMCODECS_BYTES:
             return NumcodecsBytesCodec(
-                name, _numcodecs_instance(spec, codec_id, dict(codec.configuration), where)
+                name, _numcodecs_instance(spec, codec_id, dict(codec.configuration), where, r)
             )
     return None
 
@@ -315,6 +372,7 @@ def _array_to_array(
 ) -> ArrayToArray | None:
     r = _reader(spec, codec, where)
     if codec.name == "transpose":
+        r.only(("order",), "codec 'transpose'")
         order = r.int_tuple("order")
         if sorted(order) != list(range(ndim)):
             raise r.fail("order", f"a permutation of range({ndim})", list(order))
@@ -328,10 +386,15 @@ def _array_to_array(
                 config["dtype"] = str(spec.dtype)
             if codec_id == "astype" and config.get("decode_dtype") is None:
                 config["decode_dtype"] = str(spec.dtype)
-            encoded = np.dtype(astype) if astype else None
-            return NumcodecsArrayCodec(
-                codec.name, _numcodecs_instance(spec, codec_id, config, where), encoded
+            try:
+                encoded = np.dtype(astype) if astype else None
+            except TypeError as exc:
+                field_name = "astype" if config.get("astype") else "encode_dtype"
+                raise r.fail(field_name, "a NumPy data type", astype) from exc
+            inst = _numcodecs_instance(
+                spec, codec_id, config, where, JsonReader(config, r.document, r.path, r.prefix)
             )
+            return NumcodecsArrayCodec(codec.name, inst, encoded)
     return None
 
 
@@ -358,6 +421,7 @@ def _build_v3_chain(
                 continue
             if codec.name == "bytes":
                 r = _reader(spec, codec, cw)
+                r.only(("endian",), "codec 'bytes'")
                 endian = r.choice("endian", ("little", "big"), None) if "endian" in codec.configuration else None
                 if endian is None and cur_dtype.itemsize > 1 and cur_dtype.kind not in "SU":
                     raise r.fail("endian", "'little' or 'big' for multi-byte data types", None)
@@ -372,6 +436,15 @@ def _build_v3_chain(
                     )
                 ab = _build_sharding(spec, codec, cw, cur_shape, cur_dtype)
                 continue
+            if codec.name in _V3_BYTES_CODECS or (
+                codec.name.startswith("numcodecs.")
+                and codec.name.removeprefix("numcodecs.") in _NUMCODECS_BYTES
+            ):
+                raise MetadataError(
+                    f"Failed to parse '{cw}' in zarr.json of '{spec.path}': bytes-to-bytes codec "
+                    f"'{codec.name}' comes before any array-to-bytes codec (e.g. 'bytes'), got "
+                    f"{describe([c.name for c in codecs])}"
+                )
             raise UnsupportedError(
                 f"Array '{spec.path}': codec '{codec.name}' ({cw}) is not supported by cuzarr's engine"
             )
@@ -380,7 +453,8 @@ def _build_v3_chain(
             if codec.name in ("bytes", "sharding_indexed", "transpose"):
                 raise MetadataError(
                     f"Failed to parse '{cw}' in zarr.json of '{spec.path}': codec "
-                    f"'{codec.name}' cannot follow the array-to-bytes codec"
+                    f"'{codec.name}' cannot follow the array-to-bytes codec, got "
+                    f"{describe([c.name for c in codecs])}"
                 )
             raise UnsupportedError(
                 f"Array '{spec.path}': codec '{codec.name}' ({cw}) is not supported by cuzarr's engine"
@@ -389,7 +463,8 @@ def _build_v3_chain(
     if ab is None:
         raise MetadataError(
             f"Failed to parse '{where}' in zarr.json of '{spec.path}': "
-            "expected exactly one array-to-bytes codec (e.g. 'bytes'), found none"
+            "expected exactly one array-to-bytes codec (e.g. 'bytes'), found none in "
+            f"{describe([c.name for c in codecs])}"
         )
     return ChunkCodec.compile(shape, dtype, tuple(aa), ab, tuple(bb))
 
@@ -400,6 +475,7 @@ def _build_sharding(
     from cuzarr.metadata.v3 import parse_codec_list
 
     r = _reader(spec, codec, where)
+    r.only(("chunk_shape", "codecs", "index_codecs", "index_location"), "codec 'sharding_indexed'")
     inner_shape = r.int_tuple("chunk_shape", minimum=1)
     if len(inner_shape) != len(shard_shape):
         raise r.fail("chunk_shape", f"{len(shard_shape)} dimensions", list(inner_shape))
@@ -426,7 +502,8 @@ def _build_sharding(
     if index.encoded_size() is None:
         raise MetadataError(
             f"Failed to parse '{where}.configuration.index_codecs' in zarr.json of '{spec.path}': "
-            "index codecs must produce a fixed-size encoding"
+            "index codecs must produce a fixed-size encoding, got "
+            f"{describe([c.name for c in index_specs])}"
         )
     return ShardingCodec(
         chunk_shape=inner_shape,
@@ -462,15 +539,18 @@ def build_chunk_codec(spec: ArraySpec) -> ChunkCodec | V2ChunkCodec:
         return _build_v3_chain(
             spec, spec.codecs, spec.chunk_shape, spec.dtype, "codecs", allow_sharding=True
         )
+    doc = _document(spec)
     filters = []
     for i, f in enumerate(spec.filters):
         where = f"filters[{i}]"
-        inst = _numcodecs_instance(spec, f.name, dict(f.configuration), where)
+        reader = JsonReader(f.configuration, doc, spec.path, where)
+        inst = _numcodecs_instance(spec, f.name, dict(f.configuration), where, reader)
         filters.append(NumcodecsArrayCodec(f.name, inst))
     compressor = None
     if spec.compressor is not None:
         c = spec.compressor
+        reader = JsonReader(c.configuration, doc, spec.path, "compressor")
         compressor = NumcodecsBytesCodec(
-            c.name, _numcodecs_instance(spec, c.name, dict(c.configuration), "compressor")
+            c.name, _numcodecs_instance(spec, c.name, dict(c.configuration), "compressor", reader)
         )
     return V2ChunkCodec(spec.chunk_shape, spec.dtype, spec.order, tuple(filters), compressor)

@@ -49,6 +49,13 @@ class ChunkStore(Protocol):
         """
         ...
 
+    def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
+        """Read a whole object into ``out``; return its size (``None`` if missing).
+
+        Only ``min(size, len(out))`` bytes are written; the caller checks the size.
+        """
+        ...
+
     def get_ranges(
         self, key: str, ranges: list[tuple[int, int]]
     ) -> list[Buf] | None:

@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.errors import StoreError
@@ -62,6 +63,20 @@ class LocalChunkStore:
             buf = scratch.get(size) if scratch is not None else np.empty(size, np.uint8)
             got = _pread_exact(fd, memoryview(buf), 0)
             return buf[:got]
+        finally:
+            os.close(fd)
+
+    def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
+        """Read a file straight into ``out`` (no intermediate buffer)."""
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except _MISSING:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            if size == out.nbytes:
+                _pread_exact(fd, memoryview(out), 0)
+            return size
         finally:
             os.close(fd)
 

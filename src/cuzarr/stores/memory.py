@@ -6,6 +6,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.stores.base import Scratch
@@ -36,6 +37,15 @@ class MemoryChunkStore:
         if value is None:
             return None
         return np.asarray(value.as_numpy_array()).view(np.uint8).reshape(-1)
+
+    def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
+        """Copy a stored value into ``out`` when the sizes match."""
+        data = self.get(key)
+        if data is None:
+            return None
+        if len(data) == out.nbytes:
+            out[...] = data
+        return len(data)
 
     def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
         """Return views of byte ranges."""

@@ -10,6 +10,9 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.stores.base import Scratch
 
@@ -50,6 +53,16 @@ class ZarrChunkStore:
         """Fetch a whole object."""
         value = self._run(self._store.get(key, self._prototype))
         return None if value is None else self._bytes(value)
+
+    def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
+        """Fetch an object and copy it into ``out`` when the sizes match."""
+        data = self.get(key)
+        if data is None:
+            return None
+        n = memoryview(data).nbytes
+        if n == out.nbytes:
+            out[...] = as_u8(data)
+        return n
 
     def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
         """Fetch byte ranges in one ``get_partial_values`` call."""
