@@ -9,7 +9,7 @@ document, the field and the bad value in the same words, for example::
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -59,7 +59,9 @@ def load_json_document(data: bytes, *, document: str, path: str) -> dict[str, An
     try:
         value = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MetadataError(f"Failed to parse {document} of '{path}': invalid JSON ({exc})") from exc
+        raise MetadataError(
+            f"Failed to parse {document} of '{path}': invalid JSON ({exc})"
+        ) from exc
     if not isinstance(value, dict):
         raise MetadataError(
             f"Failed to parse {document} of '{path}': expected a JSON object, got {describe(value)}"
@@ -121,14 +123,46 @@ class JsonReader:
             raise self.fail(field, "str", value)
         return value
 
-    def int_(self, field: str, default: object = MISSING, *, minimum: int | None = None) -> int:
-        """Return an integer field (bools are refused), optionally bounded below."""
+    def int_(
+        self,
+        field: str,
+        default: object = MISSING,
+        *,
+        minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> int:
+        """Return an integer field (bools are refused), optionally bounded."""
         value = self.raw(field, default)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(field, "int", value)
-        if minimum is not None and value < minimum:
+        if minimum is not None and maximum is not None:
+            if not minimum <= value <= maximum:
+                raise self.fail(field, f"int in {minimum}..{maximum}", value)
+        elif minimum is not None and value < minimum:
             raise self.fail(field, f"int >= {minimum}", value)
+        elif maximum is not None and value > maximum:
+            raise self.fail(field, f"int <= {maximum}", value)
         return value
+
+    def only(self, allowed: Iterable[str], what: str = "") -> None:
+        """Raise for the first field of the object that is not in ``allowed``.
+
+        Parameters
+        ----------
+        allowed : iterable of str
+            The field names the object may have.
+        what : str
+            What the object is, for the message (e.g. ``"codec 'zstd'"``).
+        """
+        names = tuple(allowed)
+        for key, value in self.obj.items():
+            if key not in names:
+                owner = f" of {what}" if what else ""
+                known = ", ".join(repr(n) for n in names) or "none"
+                raise MetadataError(
+                    f"Failed to parse '{self.where(key)}' in {self.document} of '{self.path}': "
+                    f"unknown field{owner} (known fields: {known}), got {describe(value)}"
+                )
 
     def bool_(self, field: str, default: object = MISSING) -> bool:
         """Return a boolean field."""
@@ -137,7 +171,9 @@ class JsonReader:
             raise self.fail(field, "bool", value)
         return value
 
-    def int_tuple(self, field: str, default: object = MISSING, *, minimum: int = 0) -> tuple[int, ...]:
+    def int_tuple(
+        self, field: str, default: object = MISSING, *, minimum: int = 0
+    ) -> tuple[int, ...]:
         """Return a list of integers (each ``>= minimum``) as a tuple."""
         value = self.raw(field, default)
         if not isinstance(value, (list, tuple)) or any(

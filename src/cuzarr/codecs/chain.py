@@ -245,6 +245,16 @@ class V2ChunkCodec:
         else:
             chunk = np.ascontiguousarray(chunk)
         for f in self.filters:
+            chunk = f.codec.encode(chunk)
+        if self.compressor is not None:
+            return self.compressor.encode(chunk)
+        return as_u8(np.ascontiguousarray(chunk) if isinstance(chunk, np.ndarray) else chunk).copy()
+
+    def encoded_size(self) -> int | None:
+        """Only uncompressed, unfiltered v2 chunks have a fixed size."""
+        return self.nbytes if self.compressor is None and not self.filters else None
+
+
 # --------------------------------------------------------------------------------------------
 # building chains from metadata
 
@@ -422,7 +432,11 @@ def _build_v3_chain(
             if codec.name == "bytes":
                 r = _reader(spec, codec, cw)
                 r.only(("endian",), "codec 'bytes'")
-                endian = r.choice("endian", ("little", "big"), None) if "endian" in codec.configuration else None
+                endian = (
+                    r.choice("endian", ("little", "big"))
+                    if "endian" in codec.configuration
+                    else None
+                )
                 if endian is None and cur_dtype.itemsize > 1 and cur_dtype.kind not in "SU":
                     raise r.fail("endian", "'little' or 'big' for multi-byte data types", None)
                 if cur_dtype.kind == "U" and endian is None:
@@ -446,7 +460,8 @@ def _build_v3_chain(
                     f"{describe([c.name for c in codecs])}"
                 )
             raise UnsupportedError(
-                f"Array '{spec.path}': codec '{codec.name}' ({cw}) is not supported by cuzarr's engine"
+                f"Array '{spec.path}': codec '{codec.name}' ({cw}) is not supported by "
+                "cuzarr's engine"
             )
         b2b = _bytes_to_bytes(spec, codec, cw)
         if b2b is None:
@@ -457,7 +472,8 @@ def _build_v3_chain(
                     f"{describe([c.name for c in codecs])}"
                 )
             raise UnsupportedError(
-                f"Array '{spec.path}': codec '{codec.name}' ({cw}) is not supported by cuzarr's engine"
+                f"Array '{spec.path}': codec '{codec.name}' ({cw}) is not supported by "
+                "cuzarr's engine"
             )
         bb.append(b2b)
     if ab is None:
@@ -470,7 +486,11 @@ def _build_v3_chain(
 
 
 def _build_sharding(
-    spec: ArraySpec, codec: CodecSpec, where: str, shard_shape: tuple[int, ...], dtype: np.dtype[Any]
+    spec: ArraySpec,
+    codec: CodecSpec,
+    where: str,
+    shard_shape: tuple[int, ...],
+    dtype: np.dtype[Any],
 ) -> ShardingCodec:
     from cuzarr.metadata.v3 import parse_codec_list
 
@@ -485,12 +505,17 @@ def _build_sharding(
             list(inner_shape),
         )
     cps = tuple(s // c for s, c in zip(shard_shape, inner_shape, strict=True))
-    inner_specs = parse_codec_list(r, "codecs") if "codecs" in codec.configuration else (
+    inner_specs: tuple[CodecSpec, ...] = (
         CodecSpec(name="bytes", configuration={"endian": "little"}),
     )
-    index_specs = parse_codec_list(r, "index_codecs") if "index_codecs" in codec.configuration else (
-        CodecSpec(name="bytes", configuration={"endian": "little"}), CodecSpec(name="crc32c"),
+    if "codecs" in codec.configuration:
+        inner_specs = parse_codec_list(r, "codecs")
+    index_specs: tuple[CodecSpec, ...] = (
+        CodecSpec(name="bytes", configuration={"endian": "little"}),
+        CodecSpec(name="crc32c"),
     )
+    if "index_codecs" in codec.configuration:
+        index_specs = parse_codec_list(r, "index_codecs")
     location = r.choice("index_location", ("start", "end"), "end")
     inner = _build_v3_chain(
         spec, inner_specs, inner_shape, dtype, f"{where}.configuration.codecs", allow_sharding=False
