@@ -248,7 +248,12 @@ class V2ChunkCodec:
             chunk = f.codec.encode(chunk)
         if self.compressor is not None:
             return self.compressor.encode(chunk)
-        return as_u8(np.ascontiguousarray(chunk) if isinstance(chunk, np.ndarray) else chunk).copy()
+        if isinstance(chunk, np.ndarray) and not (
+            chunk.flags.c_contiguous or chunk.flags.f_contiguous
+        ):
+            chunk = np.ascontiguousarray(chunk)
+        # as_u8 flattens in memory order, so an F-order chunk keeps its F-order bytes
+        return as_u8(chunk).copy()
 
     def encoded_size(self) -> int | None:
         """Only uncompressed, unfiltered v2 chunks have a fixed size."""
