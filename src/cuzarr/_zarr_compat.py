@@ -7,6 +7,7 @@ zarr-python says they mean. Anything here may need updating when the pinned zarr
 
 from __future__ import annotations
 
+import base64
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,7 +26,9 @@ __all__ = [
 ]
 
 #: numcodecs ids zarr treats as object codecs (``zarr.core.dtype.common.OBJECT_CODEC_IDS``).
-V2_OBJECT_CODECS = frozenset({"vlen-utf8", "vlen-bytes", "vlen-array", "pickle", "json2", "msgpack2"})
+V2_OBJECT_CODECS = frozenset(
+    {"vlen-utf8", "vlen-bytes", "vlen-array", "pickle", "json2", "msgpack2"}
+)
 
 
 def data_type_from_json(value: Any, *, zarr_format: int, reader: JsonReader, field: str) -> Any:
@@ -45,10 +48,74 @@ def fill_value_from_json(zdtype: Any, value: Any, *, zarr_format: int, reader: J
         if zarr_format == 2:
             return None
         raise reader.fail("fill_value", f"a fill value for {zdtype}", value)
+    expected = f"a fill value for {zdtype}"
+    native = zdtype.to_native_dtype()
+    if zarr_format == 3 and native.kind in "fc":
+        exact = _float_fill_from_hex(value, native)
+        if exact is not None:
+            return exact
+    if isinstance(value, str) and _is_base64_type(zdtype, native):
+        try:
+            base64.b64decode(value.encode("ascii"), validate=True)
+        except (ValueError, UnicodeEncodeError) as exc:
+            raise reader.fail("fill_value", f"{expected} (base64)", value) from exc
     try:
-        return zdtype.from_json_scalar(value, zarr_format=zarr_format)
+        fill = zdtype.from_json_scalar(value, zarr_format=zarr_format)
     except (ValueError, TypeError, OverflowError) as exc:
-        raise reader.fail("fill_value", f"a fill value for {zdtype}", value) from exc
+        raise reader.fail("fill_value", expected, value) from exc
+    too_long = np.asarray(fill).dtype.itemsize > native.itemsize
+    if native.kind in "SUV" and native.itemsize and too_long:
+        raise reader.fail("fill_value", f"{expected} of at most {native.itemsize} bytes", value)
+    if native.kind == "V" and np.asarray(fill).dtype.itemsize != native.itemsize:
+        raise reader.fail("fill_value", f"{expected} of exactly {native.itemsize} bytes", value)
+    return fill
+
+
+def _is_base64_type(zdtype: Any, native: np.dtype[Any]) -> bool:
+    """Whether zarr encodes this data type's fill values as base64 strings."""
+    from zarr.core.dtype import VariableLengthBytes
+
+    return native.kind in "SV" or isinstance(zdtype, VariableLengthBytes)
+
+
+def _hex_bits(value: object, nbytes: int) -> bytes | None:
+    """The big-endian bytes of a ``"0x..."`` string of exactly ``nbytes`` bytes, else ``None``."""
+    if not isinstance(value, str) or not value.startswith("0x") or len(value) != 2 + 2 * nbytes:
+        return None
+    try:
+        return bytes.fromhex(value[2:])
+    except ValueError:
+        return None
+
+
+def _float_fill_from_hex(value: Any, native: np.dtype[Any]) -> Any:
+    """Decode v3 hex float fill values bit for bit, or return ``None`` to let zarr decode.
+
+    zarr decodes ``"0x..."`` through a Python float, which quiets signalling NaNs and drops
+    float16 NaN payloads; the specification says the string is the value's exact bytes.
+    """
+    if native.kind == "f":
+        bits = _hex_bits(value, native.itemsize)
+        if bits is None:
+            return None
+        return np.frombuffer(bits, dtype=native.newbyteorder(">"))[0].astype(native)
+    if not isinstance(value, list) or len(value) != 2:
+        return None
+    part = np.dtype(f"f{native.itemsize // 2}").newbyteorder(native.byteorder)
+    parts = [_hex_bits(v, part.itemsize) for v in value]
+    if all(p is None for p in parts):
+        return None
+    out = np.zeros(2, dtype=part)
+    for i, (bits, v) in enumerate(zip(parts, value, strict=True)):
+        if bits is not None:
+            out[i] = np.frombuffer(bits, dtype=part.newbyteorder(">"))[0]
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[i] = v
+        elif v in ("NaN", "Infinity", "-Infinity"):
+            out[i] = {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}[v]
+        else:
+            return None
+    return out.view(native)[0]
 
 
 def default_scalar(zdtype: Any) -> Any:

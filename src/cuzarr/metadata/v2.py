@@ -73,7 +73,9 @@ def parse_v2(
         reader=r,
         field="dtype",
     )
-    fill_value = compat.fill_value_from_json(zdtype, r.raw("fill_value", None), zarr_format=2, reader=r)
+    fill_value = compat.fill_value_from_json(
+        zdtype, r.raw("fill_value", None), zarr_format=2, reader=r
+    )
     return ArraySpec(
         path=path,
         zarr_format=2,

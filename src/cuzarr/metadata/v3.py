@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cuzarr import _zarr_compat as compat
-from cuzarr._json import JsonReader
+from cuzarr._json import JsonReader, describe
 from cuzarr.errors import MetadataError, UnsupportedError
 from cuzarr.metadata.spec import ArraySpec, ChunkKeyEncoding, CodecSpec
 
@@ -72,6 +72,43 @@ def _parse_key_encoding(reader: JsonReader) -> ChunkKeyEncoding:
     return ChunkKeyEncoding(kind=name, separator=sep)  # type: ignore[arg-type]
 
 
+#: The fields of a v3 array document defined by the Zarr v3 specification.
+ARRAY_FIELDS = frozenset(
+    {
+        "zarr_format",
+        "node_type",
+        "data_type",
+        "shape",
+        "chunk_grid",
+        "chunk_key_encoding",
+        "fill_value",
+        "codecs",
+        "attributes",
+        "storage_transformers",
+        "dimension_names",
+    }
+)
+
+
+def _check_extra_fields(reader: JsonReader) -> None:
+    """Refuse extension fields that must be understood.
+
+    The v3 specification lets a document carry extra top-level fields only as objects with
+    ``"must_understand": false``; any other extra field changes the meaning of the array in a
+    way cuzarr cannot know, so the array cannot be read safely.
+    """
+    for key, value in reader.obj.items():
+        if key in ARRAY_FIELDS:
+            continue
+        if isinstance(value, dict) and value.get("must_understand") is False:
+            continue
+        raise UnsupportedError(
+            f"Array '{reader.path}': field '{key}' in {reader.document} is an extension that must "
+            f"be understood, which cuzarr does not (got {describe(value)}; extensions that may be "
+            'ignored are objects with "must_understand": false)'
+        )
+
+
 def parse_v3(document: dict[str, Any], *, path: str) -> ArraySpec:
     """Parse a v3 array document (the decoded JSON of ``zarr.json``).
 
@@ -124,15 +161,13 @@ def parse_v3(document: dict[str, Any], *, path: str) -> ArraySpec:
             raise r.fail("dimension_names", f"{len(shape)} names to match 'shape'", dim_names_raw)
         dimension_names = tuple(dim_names_raw)
     attributes = r.object_("attributes", {})
-    for key, value in document.get("extensions", {}).items() if isinstance(
-        document.get("extensions"), dict
-    ) else ():
-        if isinstance(value, dict) and value.get("must_understand", True):
-            raise UnsupportedError(f"Array '{path}': extension '{key}' is not understood")
+    _check_extra_fields(r)
     try:
         dtype = zdtype.to_native_dtype()
     except Exception as exc:  # pragma: no cover - zarr validated it already
-        raise MetadataError(f"Failed to parse 'data_type' in {DOCUMENT} of '{path}': {exc}") from exc
+        raise MetadataError(
+            f"Failed to parse 'data_type' in {DOCUMENT} of '{path}': {exc}"
+        ) from exc
     return ArraySpec(
         path=path,
         zarr_format=3,

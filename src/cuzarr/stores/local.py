@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import uuid
 from pathlib import Path
@@ -114,7 +113,9 @@ class LocalChunkStore:
     def check_writable(self) -> None:
         """Raise if the store is read-only."""
         if self.read_only:
-            raise ValueError("store was opened in read-only mode and does not support writing")
+            raise ValueError(
+                f"store was opened in read-only mode and does not support writing ({self.name})"
+            )
 
     def set(self, key: str, data: Buf) -> None:
         """Write to a temporary file in the same folder, then rename over the key."""
@@ -139,9 +140,9 @@ class LocalChunkStore:
                 os.unlink(tmp)
             except OSError:
                 pass
-            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
-                raise StoreError(f"Failed to write chunk '{key}' in {self.name}: {exc}") from exc
-            raise
+            # Every failure (permissions, full disk, a file where a folder should be) names the
+            # key and the store; no temporary file is left behind.
+            raise StoreError(f"Failed to write chunk '{key}' in {self.name}: {exc}") from exc
 
     def delete(self, key: str) -> None:
         """Remove a file if it exists."""

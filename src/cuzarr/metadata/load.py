@@ -1,0 +1,201 @@
+"""Read array and group metadata documents from a :class:`~cuzarr.stores.base.ChunkStore`.
+
+A node at ``path`` is a Zarr v3 node when ``{path}/zarr.json`` exists, else a v2 array when
+``{path}/.zarray`` exists (with optional ``{path}/.zattrs``), else a v2 group when
+``{path}/.zgroup`` exists. This is the order zarr-python uses when the format is not given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from cuzarr._json import JsonReader, load_json_document
+from cuzarr.errors import MetadataError, NodeNotFoundError
+from cuzarr.metadata.spec import ArraySpec
+from cuzarr.metadata.v2 import parse_v2
+from cuzarr.metadata.v3 import parse_v3
+
+if TYPE_CHECKING:
+    from cuzarr.stores.base import ChunkStore
+
+__all__ = ["GroupSpec", "normalize_node_path", "read_array_spec", "read_node"]
+
+V3_DOCUMENT = "zarr.json"
+V2_ARRAY_DOCUMENT = ".zarray"
+V2_GROUP_DOCUMENT = ".zgroup"
+V2_ATTRS_DOCUMENT = ".zattrs"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupSpec:
+    """A Zarr group as read from its metadata.
+
+    Attributes
+    ----------
+    path : str
+        The group's path inside its store (``""`` for the root).
+    zarr_format : {2, 3}
+        The Zarr format version.
+    attributes : dict
+        User attributes.
+    """
+
+    path: str
+    zarr_format: Literal[2, 3]
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+def normalize_node_path(path: str) -> str:
+    """Return a node path in the form used for store keys.
+
+    Backslashes become slashes, leading and trailing slashes are stripped and repeated slashes
+    collapse (as zarr-python's ``normalize_path`` does), so the result is always relative to
+    the store's root.
+
+    Parameters
+    ----------
+    path : str
+        A node path such as ``"/group/array/"``.
+
+    Returns
+    -------
+    str
+        The normalised path, ``""`` for the root.
+
+    Raises
+    ------
+    MetadataError
+        If ``path`` is not a string or has ``"."`` or ``".."`` segments.
+    """
+    if not isinstance(path, str):
+        raise MetadataError(
+            f"Invalid node path {path!r}: expected a str, got {type(path).__name__}"
+        )
+    text = path.replace("\\", "/").strip("/")
+    segments = [s for s in text.split("/") if s]
+    for segment in segments:
+        if segment in (".", ".."):
+            raise MetadataError(
+                f"Invalid node path {path!r}: '{segment}' segments are not allowed "
+                "(paths are relative to the store root and cannot leave it)"
+            )
+    return "/".join(segments)
+
+
+def _key(path: str, name: str) -> str:
+    return f"{path}/{name}" if path else name
+
+
+def _get_document(store: ChunkStore, path: str, name: str) -> dict[str, Any] | None:
+    raw = store.get(_key(path, name))
+    if raw is None:
+        return None
+    return load_json_document(bytes(memoryview(raw)), document=name, path=path)
+
+
+def _format_error(path: str, document: str, doc: dict[str, Any], expected: int) -> MetadataError:
+    reader = JsonReader(doc, document, path)
+    return reader.fail("zarr_format", str(expected), doc.get("zarr_format"))
+
+
+def read_node(
+    store: ChunkStore, path: str = "", *, zarr_format: int | None = None
+) -> ArraySpec | GroupSpec:
+    """Read the metadata of the array or group at ``path``.
+
+    Parameters
+    ----------
+    store : ChunkStore
+        The store holding the node.
+    path : str
+        The node's path inside the store (``""`` for the root).
+    zarr_format : {2, 3}, optional
+        Only look for documents of this format; by default v3 first, then v2.
+
+    Returns
+    -------
+    ArraySpec or GroupSpec
+
+    Raises
+    ------
+    NodeNotFoundError
+        If no metadata document exists at ``path``.
+    MetadataError
+        If a document is malformed or inconsistent (the message names it, the field and the
+        bad value).
+    UnsupportedError
+        If the array uses a feature the engine does not implement.
+    """
+    if zarr_format not in (None, 2, 3):
+        raise ValueError(f"zarr_format: expected 2, 3 or None, got {zarr_format!r}")
+    node = normalize_node_path(path)
+    if zarr_format in (None, 3):
+        doc = _get_document(store, node, V3_DOCUMENT)
+        if doc is not None:
+            return _parse_v3_node(doc, node)
+    if zarr_format in (None, 2):
+        doc = _get_document(store, node, V2_ARRAY_DOCUMENT)
+        if doc is not None:
+            attrs = _get_document(store, node, V2_ATTRS_DOCUMENT)
+            return parse_v2(doc, path=node, attributes=attrs)
+        doc = _get_document(store, node, V2_GROUP_DOCUMENT)
+        if doc is not None:
+            if doc.get("zarr_format") != 2:
+                raise _format_error(node, V2_GROUP_DOCUMENT, doc, 2)
+            attrs = _get_document(store, node, V2_ATTRS_DOCUMENT)
+            return GroupSpec(path=node, zarr_format=2, attributes=attrs or {})
+    looked = {
+        None: f"{V3_DOCUMENT}, {V2_ARRAY_DOCUMENT} or {V2_GROUP_DOCUMENT}",
+        3: V3_DOCUMENT,
+        2: f"{V2_ARRAY_DOCUMENT} or {V2_GROUP_DOCUMENT}",
+    }[zarr_format]
+    raise NodeNotFoundError(
+        f"No Zarr array or group at '{node}' in {store.name}: found no {looked}"
+    )
+
+
+def _parse_v3_node(doc: dict[str, Any], path: str) -> ArraySpec | GroupSpec:
+    reader = JsonReader(doc, V3_DOCUMENT, path)
+    if reader.raw("zarr_format") != 3:
+        raise _format_error(path, V3_DOCUMENT, doc, 3)
+    node_type = reader.choice("node_type", ("array", "group"))
+    if node_type == "group":
+        return GroupSpec(path=path, zarr_format=3, attributes=reader.object_("attributes", {}))
+    return parse_v3(doc, path=path)
+
+
+def read_array_spec(
+    store: ChunkStore, path: str = "", *, zarr_format: int | None = None
+) -> ArraySpec:
+    """Read the metadata of the array at ``path``.
+
+    Parameters
+    ----------
+    store : ChunkStore
+        The store holding the array.
+    path : str
+        The array's path inside the store (``""`` for the root).
+    zarr_format : {2, 3}, optional
+        Only look for documents of this format; by default v3 first, then v2.
+
+    Returns
+    -------
+    ArraySpec
+
+    Raises
+    ------
+    NodeNotFoundError
+        If no metadata document exists at ``path``.
+    MetadataError
+        If the node is a group, or its document is malformed or inconsistent.
+    UnsupportedError
+        If the array uses a feature the engine does not implement.
+    """
+    node = read_node(store, path, zarr_format=zarr_format)
+    if isinstance(node, GroupSpec):
+        document = V3_DOCUMENT if node.zarr_format == 3 else V2_GROUP_DOCUMENT
+        raise MetadataError(
+            f"Expected an array at '{node.path}' in {store.name}, found a group ({document})"
+        )
+    return node
