@@ -312,7 +312,11 @@ def environment_info() -> dict[str, Any]:
         platform; CPU counts; the git commit of cuzarr's source tree (``None`` outside a
         checkout) and whether it had uncommitted changes.
     """
-    commit = _git("rev-parse", "HEAD")
+    here = Path(__file__).resolve()
+    top = _git("rev-parse", "--show-toplevel")
+    # Only a checkout of cuzarr itself counts (not some repository an install lies inside).
+    ours = top is not None and (Path(top) / "src" / "cuzarr" / here.name).resolve() == here
+    commit = _git("rev-parse", "HEAD") if ours else None
     status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
     affinity = getattr(os, "sched_getaffinity", None)
     return {
