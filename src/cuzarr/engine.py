@@ -37,12 +37,17 @@ __all__ = ["ArrayEngine"]
 Codec = ChunkCodec | V2ChunkCodec
 
 
+def _where(key: str, path: str) -> str:
+    """``chunk 'key'``, plus the array path when it is known and not already in the key."""
+    if path and not key.startswith(path + "/"):
+        return f"chunk '{key}' of array '{path}'"
+    return f"chunk '{key}'"
+
+
 def _decode_failure(key: str, path: str, exc: Exception) -> CorruptChunkError:
     if isinstance(exc, CorruptChunkError):
-        return CorruptChunkError(f"Corrupt chunk '{key}' of array '{path}': {exc}")
-    return CorruptChunkError(
-        f"Failed to decode chunk '{key}' of array '{path}': {type(exc).__name__}: {exc}"
-    )
+        return CorruptChunkError(f"Corrupt {_where(key, path)}: {exc}")
+    return CorruptChunkError(f"Failed to decode {_where(key, path)}: {type(exc).__name__}: {exc}")
 
 
 def _view(out: npt.NDArray[Any], out_selection: Any) -> npt.NDArray[Any] | None:
@@ -186,8 +191,8 @@ class ArrayEngine:
                 return False
             if size != codec.nbytes:
                 raise CorruptChunkError(
-                    f"Corrupt chunk '{req.key}' of array '{self.spec.path}': stored "
-                    f"{size} bytes, expected {codec.nbytes}"
+                    f"Corrupt {_where(req.key, self.spec.path)}: stored {size} bytes, "
+                    f"expected {codec.nbytes}"
                 )
             return True
         raw = store.get(req.key, self._scratch)
@@ -272,9 +277,8 @@ class ArrayEngine:
                 table, size = fetched
                 sources = self._fetch_inner_ranges(store, req.key, table, flat, size)
         except CorruptChunkError as exc:
-            raise CorruptChunkError(
-                f"Corrupt shard '{req.key}' of array '{self.spec.path}': {exc}"
-            ) from exc
+            where = _where(req.key, self.spec.path).replace("chunk", "shard", 1)
+            raise CorruptChunkError(f"Corrupt {where}: {exc}") from exc
         result.present = True
         result.table = table
         result.sources = sources
@@ -481,9 +485,8 @@ class ArrayEngine:
                 try:
                     u8, table = sh.split(raw)
                 except CorruptChunkError as exc:
-                    raise CorruptChunkError(
-                        f"Corrupt shard '{req.key}' of array '{self.spec.path}': {exc}"
-                    ) from exc
+                    where = _where(req.key, self.spec.path).replace("chunk", "shard", 1)
+                    raise CorruptChunkError(f"Corrupt {where}: {exc}") from exc
                 old = {
                     i: u8[int(table[i, 0]) : int(table[i, 0]) + int(table[i, 1])]
                     for i in range(sh.n_inner)

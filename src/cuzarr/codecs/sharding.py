@@ -122,7 +122,11 @@ class ShardingCodec:
                 i = int(np.flatnonzero(present)[np.flatnonzero(bad)[0]])
                 raise CorruptChunkError(
                     f"shard index entry {i} (offset {int(offsets[i])}, length {int(lengths[i])}) "
-                    f"points outside the shard of {shard_nbytes} bytes"
+                    + (
+                        f"points outside the shard of {shard_nbytes} bytes"
+                        if shard_nbytes is not None
+                        else "points outside the shard"
+                    )
                 )
         return table
 
