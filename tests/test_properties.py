@@ -611,14 +611,16 @@ def chunk_selections(draw: st.DrawFn) -> tuple[tuple[Any, ...], tuple[int, ...],
         )
         return sel, block, shape
     entries: list[Any] = []
-    for n in shape:
+    for n, b in zip(shape, block, strict=True):
         kind = draw(st.sampled_from(["int", "slice", "mask", "ints"]))
         if kind == "int":
             entries.append(draw(st.integers(0, n - 1)))
         elif kind == "slice":
             start = draw(st.integers(0, n))
-            stop = draw(st.integers(start, n))
-            entries.append(slice(start, stop, draw(st.integers(1, 3))))
+            stop = draw(st.one_of(st.just(n), st.integers(start, n)))
+            # steps of one block or more skip whole blocks
+            step = draw(st.sampled_from([1, 2, b, b + 1, 2 * b + 1]))
+            entries.append(slice(start, stop, step))
         elif kind == "mask":
             entries.append(
                 np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
@@ -654,6 +656,7 @@ def _selected_points(sel: tuple[Any, ...], shape: tuple[int, ...]) -> np.ndarray
 
 @settings(SETTINGS, max_examples=500)
 @given(chunk_selections(), st.integers(0, 2**32 - 1))
+@example(((slice(0, 4, 2),), (1,), (4,)), 0)  # a step that skips blocks needs only some
 def test_needed_blocks_and_rebase(
     case: tuple[tuple[Any, ...], tuple[int, ...], tuple[int, ...]], seed: int
 ) -> None:
