@@ -104,7 +104,10 @@ class Pipeline(CodecPipeline):
             engine = engine_for_metadata(array_metadata, settings)
         except UnsupportedError as exc:
             if settings.strict:
-                raise
+                # zarr swallows NotImplementedError (so UnsupportedError) here and rebuilds the
+                # pipeline with ``from_codecs``, losing the reason; keep it, so that the first
+                # read or write raises UnsupportedError saying why.
+                return cls(fallback=fallback, engine=None, settings=settings, reason=str(exc))
             diagnostics.count("fallback_arrays")
             diagnostics.log_fallback(str(exc))
             return cls(fallback=fallback, engine=None, settings=settings, reason=str(exc))
