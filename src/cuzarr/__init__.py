@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from cuzarr.api import create, open
+from cuzarr.array import Array
 from cuzarr.config import Device, Settings, configure, get_settings
 from cuzarr.diagnostics import reset_stats, stats
 from cuzarr.errors import (
@@ -18,14 +20,17 @@ from cuzarr.errors import (
     StoreError,
     UnsupportedError,
 )
+from cuzarr.group import Group
 from cuzarr.zarr_pipeline import Pipeline
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Array",
     "CorruptChunkError",
     "CuzarrError",
     "Device",
+    "Group",
     "MetadataError",
     "NodeNotFoundError",
     "Pipeline",
@@ -33,7 +38,9 @@ __all__ = [
     "StoreError",
     "UnsupportedError",
     "configure",
+    "create",
     "get_settings",
+    "open",
     "reset_stats",
     "stats",
 ]

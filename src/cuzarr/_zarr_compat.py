@@ -233,3 +233,115 @@ def store_and_key(byte_getter: Any) -> tuple[Any, str] | None:
 def write_empty_chunks(chunk_spec: Any) -> bool:
     """The ``write_empty_chunks`` setting a zarr ``ArraySpec`` carries."""
     return bool(chunk_spec.config.write_empty_chunks)
+
+
+# ---------------------------------------------------------------------- explicit API
+
+
+def chunk_grid(shape: tuple[int, ...], chunk_shape: tuple[int, ...]) -> Any:
+    """zarr's regular ``ChunkGrid`` for an array shape and chunk (or shard) shape."""
+    from zarr.core.chunk_grids import ChunkGrid
+
+    return ChunkGrid.from_sizes(shape, chunk_shape)
+
+
+def orthogonal_indexer(selection: Any, shape: tuple[int, ...], grid: Any) -> Any:
+    """zarr's ``OrthogonalIndexer`` (iterable of chunk projections, ``shape``, ``drop_axes``)."""
+    from zarr.core.indexing import OrthogonalIndexer, ensure_tuple, replace_lists
+
+    return OrthogonalIndexer(replace_lists(ensure_tuple(selection)), shape, grid)
+
+
+def vectorized_indexer(selection: Any, shape: tuple[int, ...], grid: Any) -> Any:
+    """zarr's ``CoordinateIndexer`` or ``MaskIndexer``, chosen as ``Array.vindex`` does."""
+    from zarr.core.indexing import (
+        CoordinateIndexer,
+        MaskIndexer,
+        ensure_tuple,
+        is_coordinate_selection,
+        is_mask_selection,
+        replace_lists,
+    )
+    from zarr.errors import VindexInvalidSelectionError
+
+    selection = replace_lists(ensure_tuple(selection))
+    if is_coordinate_selection(selection, shape):
+        return CoordinateIndexer(selection, shape, grid)
+    if is_mask_selection(selection, shape):
+        return MaskIndexer(selection, shape, grid)
+    raise VindexInvalidSelectionError(
+        "unsupported selection type for vectorized indexing; only coordinate selection "
+        "(tuple of integer arrays) and mask selection (single Boolean array) are supported; "
+        f"got {selection!r}"
+    )
+
+
+def is_coordinate_indexer(indexer: Any) -> bool:
+    """Whether a zarr indexer is a ``CoordinateIndexer`` (its output is reshaped)."""
+    from zarr.core.indexing import CoordinateIndexer
+
+    return isinstance(indexer, CoordinateIndexer)
+
+
+def block_indexer(selection: Any, shape: tuple[int, ...], grid: Any) -> Any:
+    """zarr's ``BlockIndexer``."""
+    from zarr.core.indexing import BlockIndexer
+
+    return BlockIndexer(selection, shape, grid)
+
+
+def selection_kind(selection: Any, ndim: int) -> str:
+    """How ``zarr.Array.__getitem__`` dispatches a selection: vindex, oindex or basic."""
+    from zarr.core.indexing import is_pure_fancy_indexing, is_pure_orthogonal_indexing
+
+    if is_pure_fancy_indexing(selection, ndim):
+        return "vindex"
+    if is_pure_orthogonal_indexing(selection, ndim):
+        return "oindex"
+    return "basic"
+
+
+def run_sync(coro: Any) -> Any:
+    """Run a zarr store coroutine on zarr's event loop from synchronous code."""
+    from zarr.core.sync import sync
+
+    return sync(coro)
+
+
+def list_dir(store: Any, prefix: str) -> list[str]:
+    """Names directly below ``prefix`` in a zarr ``Store``."""
+
+    async def collect() -> list[str]:
+        return [name async for name in store.list_dir(prefix)]
+
+    return list(run_sync(collect()))
+
+
+def list_sizes(store: Any, prefix: str) -> list[tuple[str, int]]:
+    """Every key below ``prefix`` in a zarr ``Store`` with its size in bytes."""
+
+    async def collect() -> list[tuple[str, int]]:
+        keys = [key async for key in store.list_prefix(prefix)]
+        return [(key, int(await store.getsize(key))) for key in keys]
+
+    return list(run_sync(collect()))
+
+
+def bind_pipeline(array: Any, pipeline: Any) -> Any:
+    """Make a ``zarr.Array`` read and write through ``pipeline`` (replaces its codec pipeline)."""
+    object.__setattr__(array.async_array, "codec_pipeline", pipeline)
+    return array
+
+
+def is_zarr_store(obj: Any) -> bool:
+    """Whether ``obj`` is a zarr-python ``Store``."""
+    from zarr.abc.store import Store
+
+    return isinstance(obj, Store)
+
+
+def local_store_root(store: Any) -> Any:
+    """The root folder of exactly a ``LocalStore`` (not a subclass or wrapper), else ``None``."""
+    from zarr.storage import LocalStore
+
+    return store.root if type(store) is LocalStore else None

@@ -9,6 +9,7 @@ the same environment behave the same: ``CUZARR_THREADS``, ``CUZARR_STRICT``, ``C
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import threading
 from dataclasses import dataclass, replace
@@ -96,7 +97,13 @@ class Settings:
     @property
     def n_threads(self) -> int:
         """Resolved worker thread count."""
-        return self.threads or os.cpu_count() or 1
+        return self.threads or _cpu_count()
+
+
+@functools.cache
+def _cpu_count() -> int:
+    """``os.cpu_count()``, asked once: it costs microseconds per call and every read needs it."""
+    return os.cpu_count() or 1
 
 
 _lock = threading.Lock()

@@ -1,0 +1,196 @@
+"""``cuzarr.Group``: navigate a Zarr hierarchy and open its arrays through cuzarr.
+
+>>> g = cuzarr.open("data.zarr")  # doctest: +SKIP
+>>> g["temp/t2m"][0, :10]  # doctest: +SKIP
+>>> sorted(g.keys())  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from cuzarr.array import Array, Attributes, persist_attributes
+from cuzarr.config import Settings
+from cuzarr.errors import MetadataError, NodeNotFoundError
+from cuzarr.metadata.load import GroupSpec, normalize_node_path
+
+if TYPE_CHECKING:
+    from cuzarr.api import StoreHandle
+
+__all__ = ["Group"]
+
+
+class Group:
+    """A Zarr group (open with :func:`cuzarr.open`).
+
+    Members are opened on access (``group["a/b"]``) with the group's settings; listing reads
+    the store. ``keys()`` names the direct members (arrays and groups).
+
+    Parameters
+    ----------
+    handle : StoreHandle
+        The store.
+    spec : GroupSpec
+        Parsed group metadata.
+    settings : Settings
+        Engine settings handed to the arrays opened from this group.
+    write_empty_chunks : bool, default False
+        Handed to the arrays opened from this group.
+    """
+
+    def __init__(
+        self,
+        handle: StoreHandle,
+        spec: GroupSpec,
+        *,
+        settings: Settings,
+        write_empty_chunks: bool = False,
+    ) -> None:
+        self._handle = handle
+        self._spec = spec
+        self._settings = settings
+        self._write_empty_chunks = write_empty_chunks
+        self.attrs = Attributes(spec.attributes, self._persist_attributes)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "handle": self._handle,
+            "spec": GroupSpec(
+                path=self._spec.path,
+                zarr_format=self._spec.zarr_format,
+                attributes=self.attrs.asdict(),
+            ),
+            "settings": self._settings,
+            "write_empty_chunks": self._write_empty_chunks,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["handle"],
+            state["spec"],
+            settings=state["settings"],
+            write_empty_chunks=state["write_empty_chunks"],
+        )
+
+    def _persist_attributes(self, attributes: dict[str, Any]) -> None:
+        store = self._handle.chunk_store()
+        store.check_writable()
+        persist_attributes(store, self.path, self.zarr_format, attributes)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def path(self) -> str:
+        """The group's path inside its store (``""`` for the root)."""
+        return self._spec.path
+
+    @property
+    def zarr_format(self) -> int:
+        """Zarr format version."""
+        return self._spec.zarr_format
+
+    @property
+    def metadata(self) -> GroupSpec:
+        """The parsed group metadata (attributes as of the last change through :attr:`attrs`)."""
+        return GroupSpec(
+            path=self._spec.path, zarr_format=self._spec.zarr_format, attributes=self.attrs.asdict()
+        )
+
+    @property
+    def store(self) -> Any:
+        """A zarr-python ``Store`` over the group's store."""
+        return self._handle.zarr_store()
+
+    @property
+    def read_only(self) -> bool:
+        """Whether writes are refused."""
+        return self._handle.read_only
+
+    @property
+    def settings(self) -> Settings:
+        """The engine settings handed to member arrays."""
+        return self._settings
+
+    def __repr__(self) -> str:
+        return f"<cuzarr.Group {self._handle.name} '{self.path}'>"
+
+    # ------------------------------------------------------------------ members
+
+    def _child(self, key: str) -> str:
+        if not isinstance(key, str):
+            raise TypeError(f"group keys are str, got {type(key).__name__}")
+        rel = normalize_node_path(key)
+        if not rel:
+            raise KeyError(key)
+        return f"{self.path}/{rel}" if self.path else rel
+
+    def __getitem__(self, key: str) -> Array | Group:
+        from cuzarr.api import open_node
+
+        path = self._child(key)
+        try:
+            return open_node(
+                self._handle, path, settings=self._settings,
+                write_empty_chunks=self._write_empty_chunks,
+            )
+        except NodeNotFoundError as exc:
+            raise KeyError(
+                f"no member {key!r} in group '{self.path}' of {self._handle.name}"
+            ) from exc
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The member at ``key``, or ``default`` if there is none."""
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, str):
+            return False
+        try:
+            path = self._child(key)
+        except (KeyError, MetadataError):
+            return False
+        return self._handle.has_node(path)
+
+    def keys(self) -> list[str]:
+        """Names of the direct members (arrays and groups), sorted."""
+        return [
+            name
+            for name in self._handle.list_dir(self.path)
+            if self._handle.has_node(f"{self.path}/{name}" if self.path else name)
+        ]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def members(self) -> Iterator[tuple[str, Array | Group]]:
+        """Yield ``(name, member)`` for every direct member, sorted by name."""
+        for name in self.keys():
+            yield name, self[name]
+
+    def arrays(self) -> Iterator[tuple[str, Array]]:
+        """Yield ``(name, array)`` for every direct member that is an array."""
+        for name, member in self.members():
+            if isinstance(member, Array):
+                yield name, member
+
+    def groups(self) -> Iterator[tuple[str, Group]]:
+        """Yield ``(name, group)`` for every direct member that is a group."""
+        for name, member in self.members():
+            if isinstance(member, Group):
+                yield name, member
+
+    def create_array(self, name: str, **kwargs: Any) -> Array:
+        """Create an array member (arguments as :func:`cuzarr.create`)."""
+        from cuzarr.api import create
+
+        kwargs.setdefault("settings", self._settings)
+        kwargs.setdefault("write_empty_chunks", self._write_empty_chunks)
+        kwargs.setdefault("zarr_format", self.zarr_format)
+        return create(self._handle, path=self._child(name), **kwargs)
