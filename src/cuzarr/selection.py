@@ -97,8 +97,13 @@ def is_full(selection: Sequence[Selector], shape: Sequence[int]) -> bool:
     if len(selection) != len(shape):
         return False
     for entry, n in zip(selection, shape, strict=True):
-        if not isinstance(entry, slice):
+        if type(entry) is not slice:
             return False
+        start, stop, step = entry.start, entry.stop, entry.step
+        if (start is None or start == 0) and (step is None or step == 1) and (
+            stop is None or (stop >= n and stop >= 0)
+        ):
+            continue
         if entry.indices(n) != (0, n, 1):
             return False
     return True
