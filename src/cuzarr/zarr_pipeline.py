@@ -180,16 +180,23 @@ class Pipeline(CodecPipeline):
         if first is None:
             return f"byte getter {type(batch[0][0]).__name__} is not a StorePath"
         store = first[0]
+        getter_type = type(batch[0][0])
+        shape = engine.codec.shape
+        spec0 = None
         requests: list[ChunkRequest] = []
+        append = requests.append
         for getter, chunk_spec, chunk_sel, out_sel, complete in batch:
-            sk = compat.store_and_key(getter)
-            if sk is None or sk[0] is not store:
+            # One type and identity check per chunk; compat.store_and_key did the first.
+            if type(getter) is not getter_type or getter.store is not store:
                 return "a batch spans several stores"
-            if tuple(chunk_spec.shape) != engine.codec.shape:
-                return "irregular chunk shapes"
-            requests.append(
+            if chunk_spec is not spec0:
+                if tuple(chunk_spec.shape) != shape:
+                    return "irregular chunk shapes"
+                spec0 = chunk_spec
+            append(
                 ChunkRequest(
-                    key=sk[1], chunk_selection=tuple(chunk_sel),  # type: ignore[arg-type]
+                    key=getter.path,
+                    chunk_selection=chunk_sel if type(chunk_sel) is tuple else tuple(chunk_sel),  # type: ignore[arg-type]
                     out_selection=out_sel,
                     complete=bool(complete),
                 )
