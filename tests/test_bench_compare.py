@@ -1,0 +1,249 @@
+"""bench/compare.py, the comparison harness: a --quick run end to end, and its pieces.
+
+bench/ is not part of the installed package: it is imported from the repository root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench import compare  # noqa: E402
+
+QUICK_ENGINES = ("cuzarr", "cuzarr-api", "tensorstore")
+QUICK_DATASETS = ("a", "b")
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    out = tmp_path_factory.mktemp("results")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.compare",
+            "--quick",
+            "--datasets",
+            ",".join(QUICK_DATASETS),
+            "--engines",
+            ",".join(QUICK_ENGINES),
+            "--name",
+            "t",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "[bench.compare]" in done.stderr
+    return json.loads((out / "t.json").read_text()), out
+
+
+def test_quick_run_covers_every_cell_and_verifies(quick_run: tuple[dict[str, Any], Path]) -> None:
+    doc, _ = quick_run
+    assert doc["args"]["quick"] is True and doc["args"]["threads"] == [1]
+    assert doc["verified"] is True
+    cells = {(c["engine"], c["dataset"], c["workload"]): c for c in doc["results"]}
+    expected = {(e, d, w) for e in QUICK_ENGINES for d in QUICK_DATASETS for w in compare.WORKLOADS}
+    expected |= {("floor", d, w) for d in QUICK_DATASETS for w in ("read_all", "write_all")}
+    assert set(cells) == expected
+    for key, c in cells.items():
+        # every engine named here supports every case: each cell has a verified number
+        assert c["error"] is None, (key, c["error"])
+        assert c["verified"] is True and c["threads"] == 1
+        assert len(c["seconds"]) == 1 and c["best_seconds"] == c["seconds"][0] > 0
+        assert c["mb_per_s"] == pytest.approx(c["nbytes"] / 1e6 / c["best_seconds"])
+    spec = doc["dataset_specs"]
+    assert spec["a"]["shape"] == [64, 64, 64] and spec["b"]["shards"] == [64, 64, 64]
+    # one call per (inner) chunk; the strided read returns every 4th plane
+    assert cells[("cuzarr-api", "b", "read_chunks")]["calls"] == 8
+    assert cells[("tensorstore", "a", "read_strided")]["nbytes"] == 16 * 64 * 64 * 2
+    # the engines ran on what they claim
+    assert cells[("cuzarr", "a", "read_all")]["pipeline"] == "cuzarr.zarr_pipeline.Pipeline"
+    assert cells[("tensorstore", "a", "read_all")]["pipeline"].startswith("tensorstore")
+    # cuzarr ran strict: its engine served reads and writes, nothing fell back
+    for stats in doc["cuzarr_stats"].values():
+        assert not any(v for k, v in stats.items() if k.startswith("fallback"))
+    assert doc["cuzarr_stats"]["cuzarr/threads=1"]["engine_reads"] > 0
+
+
+def test_quick_run_rss_targets_and_report(quick_run: tuple[dict[str, Any], Path]) -> None:
+    doc, out = quick_run
+    rss = {(r["engine"], r["dataset"]): r for r in doc["rss"]}
+    assert set(rss) == {(e, d) for e in QUICK_ENGINES for d in QUICK_DATASETS}
+    for r in rss.values():
+        assert r["verified"] is True and r["error"] is None
+        assert r["peak_bytes"] >= r["baseline_bytes"] > 0
+        assert r["over_baseline_bytes"] == r["peak_bytes"] - r["baseline_bytes"]
+    ids = {(t["id"], t["engine"], t["dataset"]) for t in doc["targets"]}
+    assert ("read_all_vs_floor", "cuzarr", "a") in ids
+    assert ("read_chunks_vs_tensorstore", "cuzarr-api", "b") in ids
+    assert ("rss_read_all", "cuzarr-api", "b") in ids
+    assert not any(t["dataset"] == "e" for t in doc["targets"])  # (e) was not run
+    env = doc["environment"]
+    assert env["versions"]["tensorstore"] and env["versions"]["zarrs"]
+    assert env["cpu_count"] >= 1 and len(doc["load_before"]) == 3
+    md = (out / "t.md").read_text()
+    assert "| (a) 64^3 chunks, zstd(3) | read_all |" in md
+    assert "## Targets" in md and "## Peak RSS" in md and "Load average" in md
+
+
+def test_datasets_match_the_issue_at_full_size() -> None:
+    sets = compare.datasets_for(512)
+    assert sets["a"].shape == (512,) * 3 and sets["a"].chunks == (64,) * 3
+    assert sets["b"].chunks == (32,) * 3 and sets["b"].shards == (256,) * 3
+    assert (sets["c"].codec, sets["d"].codec) == ("blosc", "none")
+    e = sets["e"]
+    assert e.shape == (256,) * 3 and np.prod(e.chunks) * 2 == 8192 and e.nchunks == 16**3
+    f = sets["f"]
+    assert f.dtype == "float32" and f.chunks == (512, 512) and len(f.shape) == 2
+    block, region = sets["b"].partial_block()
+    assert block == (slice(0, 256),) * 3 and region == (slice(0, 128),) * 3
+
+
+def test_stored_chunks_and_floor_on_a_sharded_array(tmp_path: Path) -> None:
+    compare.generate(tmp_path, 64, ["b"], lambda _m: None)
+    ds = compare.datasets_for(64)["b"]
+    chunks = compare._stored_chunks(ds, tmp_path / "b.zarr")
+    assert len(chunks) == ds.nchunks == 8
+    for kind in ("read_all", "write_all"):
+        cell = compare.measure_floor(ds, kind, data_dir=tmp_path, repeats=2, threads=2)
+        assert cell["error"] is None and cell["verified"] is True and len(cell["seconds"]) == 2
+
+
+class _WrongEngine(compare.EngineAdapter):
+    """Returns data off by one: the harness must refuse to report a number."""
+
+    name = "wrong"
+
+    def __init__(self, inner: compare.EngineAdapter) -> None:
+        self.inner = inner
+
+    def open(self, path: Path, writable: bool = False) -> Any:
+        return self.inner.open(path, writable)
+
+    def read(self, h: Any, sel: Any) -> np.ndarray:
+        got = self.inner.read(h, sel).copy()
+        got.flat[0] += 1
+        return got
+
+    def read_into(self, h: Any, sel: Any, out: np.ndarray) -> None:
+        out[...] = self.read(h, sel)
+
+    def write(self, h: Any, sel: Any, value: np.ndarray) -> None:
+        bad = np.array(value)
+        bad.flat[-1] += 1
+        self.inner.write(h, sel, bad)
+
+
+def test_wrong_data_gets_no_number(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    compare.generate(data, 32, ["a"], lambda _m: None)
+    ds = compare.datasets_for(32)["a"]
+    wrong = _WrongEngine(compare.CuzarrApiAdapter(threads=1))
+    for workload in compare.WORKLOADS:
+        cell = compare.measure(
+            wrong, ds, workload, data_dir=data, scratch=tmp_path, repeats=1, threads=1
+        )
+        assert cell["error"].startswith("WRONG DATA"), workload
+        assert cell["mb_per_s"] is None and cell["verified"] is False
+
+
+def _doc(speeds: dict[tuple[str, int, str, str], float], threads: list[int]) -> dict[str, Any]:
+    results = [
+        {
+            "engine": e,
+            "threads": t,
+            "dataset": d,
+            "workload": w,
+            "mb_per_s": s,
+            "best_seconds": 100.0 / s,
+            "verified": True,
+            "error": None,
+        }
+        for (e, t, d, w), s in speeds.items()
+    ]
+    return {"args": {"threads": threads, "size": 512}, "results": results, "rss": []}
+
+
+def test_targets_use_the_best_peer_and_the_floor() -> None:
+    speeds = {
+        ("cuzarr", 2, "a", "read_all"): 300.0,
+        ("zarr", 2, "a", "read_all"): 100.0,
+        ("tensorstore", 2, "a", "read_all"): 250.0,  # the best peer: 300 / 250 = 1.2 < 1.5
+        ("floor", 2, "a", "read_all"): 360.0,  # 300 / 360 = 0.83 >= 0.8
+        ("cuzarr", 1, "a", "read_all"): 160.0,  # 300 / 160 = 1.875 >= 1.8
+        ("cuzarr-api", 2, "a", "read_chunks"): 230.0,
+        ("tensorstore", 2, "a", "read_chunks"): 200.0,  # 1.15 < 1.2
+    }
+    targets = {
+        (t["id"], t["engine"], t["dataset"]): t
+        for t in compare.evaluate_targets(_doc(speeds, [1, 2]))
+    }
+    t = targets[("read_all_vs_peer", "cuzarr", "a")]
+    assert t["measured"] == pytest.approx(1.2) and t["met"] is False and t["threads"] == 2
+    t = targets[("read_all_vs_floor", "cuzarr", "a")]
+    assert t["measured"] == pytest.approx(300 / 360) and t["met"] is True
+    t = targets[("scaling", "cuzarr", "a")]
+    assert t["measured"] == pytest.approx(1.875) and t["met"] is True
+    t = targets[("read_chunks_vs_tensorstore", "cuzarr-api", "a")]
+    assert t["measured"] == pytest.approx(1.15) and t["met"] is False
+    # a cell that was not measured is unknown, never met
+    assert targets[("read_all_vs_peer", "cuzarr-api", "a")]["met"] is None
+
+
+def test_per_chunk_overhead_target() -> None:
+    # (e) at 512: 4096 chunks; 100 / MB/s seconds each (see _doc)
+    speeds = {
+        ("cuzarr", 1, "e", "read_all"): 100.0 / 0.05,
+        ("floor", 1, "e", "read_all"): 100.0 / 0.01,
+    }
+    targets = {(t["id"], t["engine"]): t for t in compare.evaluate_targets(_doc(speeds, [1]))}
+    t = targets[("per_chunk_overhead", "cuzarr")]
+    assert t["measured"] == pytest.approx(0.04 / 4096 * 1e6) and t["met"] is True
+
+
+def test_plot_writes_a_png(quick_run: tuple[dict[str, Any], Path], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from bench import plot
+
+    doc, _ = quick_run
+    labels, values = plot.ratios(doc)
+    assert len(labels) == len(QUICK_DATASETS) * len(compare.WORKLOADS)
+    assert all(v is not None and v > 0 for v in values["cuzarr"])
+    out = plot.plot(doc, tmp_path / "b.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_compare_forwards_and_explains(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cuzarr import cli
+
+    done = subprocess.run(
+        [sys.executable, "-m", "cuzarr", "bench", "--compare", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "--datasets" in done.stdout and "--quick" in done.stdout
+    assert cli.main(["bench", "--json", "x.json", "--compare"]) == 2
+    monkeypatch.setattr(cli, "_checkout_root", lambda: None)  # an installed package
+    assert cli.main(["bench", "--compare", "--quick"]) == 2
+    assert "python -m bench.compare" in capsys.readouterr().err
