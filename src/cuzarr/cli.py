@@ -2,7 +2,7 @@
 
 Each subcommand registers itself in :func:`build_parser` with an ``add_*`` function that adds
 its parser and sets ``handler`` (a function of the parsed arguments returning an exit status).
-Today: ``cuzarr bench [TARGET]``.
+Today: ``cuzarr bench [TARGET]`` and ``cuzarr bench --compare ...``.
 """
 
 from __future__ import annotations
@@ -33,9 +33,48 @@ def _progress(message: str) -> None:
     print(f"[cuzarr bench] {message}", file=sys.stderr, flush=True)
 
 
+def _checkout_root() -> Path | None:
+    """The source checkout this cuzarr runs from, if it has ``bench/compare.py``."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "bench" / "compare.py").is_file() else None
+
+
+_COMPARE_HELP = """\
+cuzarr bench --compare runs the comparison harness bench/compare.py, which lives in cuzarr's
+source repository and is not part of the installed package. From a checkout:
+
+    pip install -e '.[bench]'
+    python -m bench.compare --quick        # or: cuzarr bench --compare --quick
+"""
+
+
+def _run_compare(options: list[str]) -> int:
+    import subprocess
+
+    root = _checkout_root()
+    if root is None:
+        print(_COMPARE_HELP, file=sys.stderr, end="")
+        return 2
+    import os
+
+    env = dict(os.environ)  # run in the caller's folder, so relative paths mean what they say
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-m", "bench.compare", *options], env=env, check=False)
+    return done.returncode
+
+
 def _run_bench(args: argparse.Namespace) -> int:
     from cuzarr import benchmark
 
+    if args.compare is not None:
+        if args.target is not None or args.keep is not None or args.json is not None:
+            print(
+                "cuzarr bench: error: --compare takes its own options after it (see "
+                "'cuzarr bench --compare --help'); TARGET, --json and --keep do not apply",
+                file=sys.stderr,
+            )
+            return 2
+        return _run_compare(list(args.compare))
     if args.target is not None and args.keep is not None:
         print("cuzarr bench: error: --keep applies to generated data only", file=sys.stderr)
         return 2
@@ -99,6 +138,16 @@ def add_bench(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
         type=Path,
         metavar="DIR",
         help="write the generated dataset to DIR and keep it (default: a temporary folder)",
+    )
+    p.add_argument(
+        "--compare",
+        nargs=argparse.REMAINDER,
+        metavar="...",
+        help=(
+            "run the comparison harness instead (bench/compare.py: zarr's pipelines, "
+            "zarrs-python, TensorStore and the codec floor on six datasets); every argument "
+            "after --compare goes to it, e.g. --compare --quick. Needs a source checkout"
+        ),
     )
     p.set_defaults(handler=_run_bench)
 
