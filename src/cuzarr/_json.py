@@ -17,6 +17,8 @@ from cuzarr.errors import MetadataError
 
 __all__ = ["MISSING", "JsonReader", "describe", "load_json_document"]
 
+_INT64_MAX = 2**63 - 1
+
 
 class _Missing:
     __slots__ = ()
@@ -174,12 +176,17 @@ class JsonReader:
     def int_tuple(
         self, field: str, default: object = MISSING, *, minimum: int = 0
     ) -> tuple[int, ...]:
-        """Return a list of integers (each ``>= minimum``) as a tuple."""
+        """Return a list of integers (each ``>= minimum`` and below ``2**63``) as a tuple.
+
+        Shapes and chunk shapes beyond ``int64`` cannot index anything; refusing them here
+        keeps absurd metadata from overflowing later arithmetic.
+        """
         value = self.raw(field, default)
         if not isinstance(value, (list, tuple)) or any(
-            isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in value
+            isinstance(v, bool) or not isinstance(v, int) or v < minimum or v > _INT64_MAX
+            for v in value
         ):
-            raise self.fail(field, f"a list of ints >= {minimum}", value)
+            raise self.fail(field, f"a list of ints >= {minimum} (below 2**63)", value)
         return tuple(value)
 
     def object_(self, field: str, default: object = MISSING) -> dict[str, Any]:

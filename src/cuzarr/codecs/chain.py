@@ -209,7 +209,10 @@ class V2ChunkCodec:
 
     def decode(self, raw: Buf) -> npt.NDArray[Any]:
         """Decode stored bytes to a chunk array (as zarr-python's ``V2Codec`` does)."""
-        data: Any = raw if self.compressor is None else self.compressor.decode(raw, self.nbytes)
+        # Filters may change the size (astype, packbits): the expected size is known only
+        # without them; the compressor then bounds its output by max_chunk_nbytes.
+        hint = None if self.filters else self.nbytes
+        data: Any = raw if self.compressor is None else self.compressor.decode(raw, hint)
         for f in reversed(self.filters):
             data = f.codec.decode(data)
         arr = np.asarray(data) if isinstance(data, np.ndarray) else as_u8(data)

@@ -3,10 +3,18 @@
 Used for the v3 ``zstd``, ``gzip`` and ``blosc`` codecs (configured from their v3 JSON), for
 ``numcodecs.*`` codecs in v3 metadata and for every v2 filter and compressor. numcodecs'
 compressors release the GIL, so the engine's threads decode in parallel.
+
+Decoding is bounded: with the expected size known, a frame must decode to exactly that many
+bytes and decompression stops one byte past it (no decompression bomb), header-declared sizes
+are checked before any allocation. Without it (a compressor stacked outside another, a
+compressor after ``sharding_indexed``) the bound is ``Settings.max_chunk_nbytes`` plus 1/8.
 """
 
 from __future__ import annotations
 
+import bz2
+import lzma
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +25,12 @@ import numpy.typing as npt
 from numcodecs.abc import Codec as Numcodec
 
 from cuzarr.codecs.base import Buf, as_u8
-from cuzarr.codecs.headers import blosc_nbytes, lz4_numcodecs_nbytes, zstd_content_size
+from cuzarr.codecs.headers import (
+    blosc_nbytes,
+    lz4_numcodecs_nbytes,
+    zstd_content_size,
+    zstd_max_decoded_size,
+)
 from cuzarr.errors import CorruptChunkError
 
 __all__ = ["NumcodecsArrayCodec", "NumcodecsBytesCodec", "make_numcodec"]
@@ -31,6 +44,75 @@ _SIZE_PARSERS: dict[str, Callable[[Buf], int | None]] = {
 
 #: numcodecs ids that are fixed-size checksums: id -> bytes added.
 _CHECKSUM_SIZES = {"crc32": 4, "crc32c": 4, "adler32": 4, "fletcher32": 4, "jenkins_lookup3": 4}
+
+
+class _Stream:
+    """How to inflate one numcodecs stream format with a bounded output size."""
+
+    def __init__(
+        self, make: Callable[[Any], Any], *, multi: bool, lenient_tail: bool, pad: bool = False
+    ) -> None:
+        self.make = make  # codec instance -> fresh decompressor object
+        self.multi = multi  # concatenated streams/members decode as one
+        self.lenient_tail = lenient_tail  # garbage after the first stream is ignored
+        self.pad = pad  # zero bytes between members are skipped (gzip)
+
+
+_LZMA_MEMLIMIT = 256 * 1024 * 1024
+
+#: Stream compressors decoded here with ``max_length`` (same results as numcodecs' decode,
+#: which calls the unbounded one-shot functions of the standard library).
+_STREAMS: dict[str, _Stream] = {
+    "zlib": _Stream(lambda c: zlib.decompressobj(), multi=False, lenient_tail=True),
+    "gzip": _Stream(lambda c: zlib.decompressobj(31), multi=True, lenient_tail=False, pad=True),
+    "bz2": _Stream(lambda c: bz2.BZ2Decompressor(), multi=True, lenient_tail=False),
+    "lzma": _Stream(
+        lambda c: lzma.LZMADecompressor(
+            format=c.format,
+            filters=c.filters,
+            # A stream declares its dictionary size; bound it (xz's largest preset uses 64 MiB).
+            memlimit=None if c.format == lzma.FORMAT_RAW else _LZMA_MEMLIMIT,
+        ),
+        multi=True,
+        lenient_tail=True,
+    ),
+}
+
+_STREAM_ERRORS = (zlib.error, OSError, EOFError, lzma.LZMAError, ValueError)
+
+
+def _unsized_limit() -> int:
+    """Bound on decoded bytes when the chain cannot tell the expected size."""
+    from cuzarr.config import get_settings
+
+    limit = get_settings().max_chunk_nbytes
+    return limit + limit // 8 + 65536
+
+
+def _inflate(stream: _Stream, codec: Numcodec, data: Buf, limit: int, name: str) -> bytearray:
+    """Decompress a stream format, never producing more than ``limit`` bytes."""
+    out = bytearray()
+    rest = bytes(as_u8(data))
+    first = True
+    while first or (stream.multi and rest):
+        decompressor = stream.make(codec)
+        try:
+            out += decompressor.decompress(rest, limit + 1 - len(out))
+        except _STREAM_ERRORS:
+            if not first and stream.lenient_tail:
+                break
+            raise
+        if len(out) > limit:
+            raise CorruptChunkError(
+                f"{name} stream decodes to more than the {limit} bytes expected"
+            )
+        if not decompressor.eof:
+            raise CorruptChunkError(f"{name} stream is truncated (no end-of-stream marker)")
+        rest = decompressor.unused_data
+        if stream.pad:
+            rest = rest.lstrip(b"\0")
+        first = False
+    return out
 
 
 def make_numcodec(config: dict[str, Any]) -> Numcodec:
@@ -54,8 +136,49 @@ class NumcodecsBytesCodec:
     codec: Numcodec
 
     def decode(self, data: Buf, size_hint: int | None) -> Buf:
-        """Decode a frame; the result is checked against ``size_hint`` by the chain."""
-        return self.codec.decode(data)
+        """Decode a frame to exactly ``size_hint`` bytes (when known), bounded in any case.
+
+        Raises
+        ------
+        CorruptChunkError
+            If the frame declares or decodes to another size, or to more than the bound.
+        """
+        codec_id = self.codec.codec_id
+        limit = size_hint if size_hint is not None else _unsized_limit()
+        decoded: Buf
+        stream = _STREAMS.get(codec_id)
+        parser = _SIZE_PARSERS.get(codec_id)
+        if stream is not None:
+            decoded = _inflate(stream, self.codec, data, limit, self.name)
+        elif parser is not None:
+            declared = parser(data)
+            if declared is not None and (
+                declared > limit or (size_hint is not None and declared != size_hint)
+            ):
+                raise CorruptChunkError(
+                    f"{self.name} frame declares {declared} decoded bytes, expected "
+                    + (f"{size_hint}" if size_hint is not None else f"at most {limit}")
+                )
+            if size_hint is not None:
+                # numcodecs' blosc, lz4 and zstd refuse to write past ``out``.
+                out = np.empty(size_hint, np.uint8)
+                self.codec.decode(data, out=out)
+                return out
+            if declared is None and codec_id == "zstd":
+                bound = zstd_max_decoded_size(data)
+                if bound is not None and bound > limit:
+                    raise CorruptChunkError(
+                        f"zstd frame without a content size may decode to {bound} bytes, over "
+                        f"the bound of {limit} (max_chunk_nbytes)"
+                    )
+            decoded = self.codec.decode(data)
+        else:
+            decoded = self.codec.decode(data)
+        if size_hint is not None and memoryview(decoded).nbytes != size_hint:
+            raise CorruptChunkError(
+                f"{self.name} decoded {memoryview(decoded).nbytes} bytes, expected {size_hint}"
+            )
+        return decoded
 
     def decode_into(self, data: Buf, out: npt.NDArray[np.uint8]) -> bool:
         """Decode straight into ``out`` when the frame declares exactly ``out``'s size."""

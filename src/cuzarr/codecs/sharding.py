@@ -95,11 +95,17 @@ class ShardingCodec:
         Raises
         ------
         CorruptChunkError
-            If the index is truncated, fails its checksum, or points outside the shard.
+            If the index is truncated, fails its checksum, points outside the shard, or two
+            inner chunks overlap.
         """
         if memoryview(raw).nbytes != self.index_nbytes:
             raise CorruptChunkError(
                 f"shard index is {memoryview(raw).nbytes} bytes, expected {self.index_nbytes} "
+                "(truncated shard?)"
+            )
+        if shard_nbytes is not None and shard_nbytes < self.index_nbytes:
+            raise CorruptChunkError(
+                f"shard is {shard_nbytes} bytes, shorter than its {self.index_nbytes}-byte index "
                 "(truncated shard?)"
             )
         table = self.index.decode(raw).reshape(self.n_inner, 2)
@@ -128,7 +134,24 @@ class ShardingCodec:
                         else "points outside the shard"
                     )
                 )
+            self._check_overlaps(table, present)
         return table
+
+    @staticmethod
+    def _check_overlaps(table: npt.NDArray[np.uint64], present: npt.NDArray[np.bool_]) -> None:
+        """Refuse inner chunks whose byte ranges overlap (a hostile or corrupt index)."""
+        idx = np.flatnonzero(present & (table[:, 1] > 0))
+        if idx.size < 2:
+            return
+        order = idx[np.argsort(table[idx, 0], kind="stable")]
+        starts, ends = table[order, 0], table[order, 0] + table[order, 1]
+        clash = np.flatnonzero(starts[1:] < ends[:-1])
+        if clash.size:
+            a, b = int(order[clash[0]]), int(order[clash[0] + 1])
+            raise CorruptChunkError(
+                f"shard index entries {min(a, b)} and {max(a, b)} overlap (offsets "
+                f"{int(table[a, 0])}+{int(table[a, 1])} and {int(table[b, 0])}+{int(table[b, 1])})"
+            )
 
     def split(self, data: Buf) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
         """Return a whole shard as a byte view and its decoded index table."""

@@ -13,11 +13,40 @@ from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.errors import StoreError
 from cuzarr.stores.base import Scratch
 
-__all__ = ["TEMP_SUFFIX", "LocalChunkStore"]
+__all__ = ["TEMP_SUFFIX", "LocalChunkStore", "check_key"]
 
 #: Suffix of in-progress writes; never a valid chunk key, ignored by ``cuzarr verify``.
 TEMP_SUFFIX = ".partial"
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+
+
+def check_key(key: str, store: str = "the store") -> str:
+    """Return ``key`` if it names a file below the store root, else raise.
+
+    Keys come from metadata and user paths, so from untrusted input: a key may not be empty,
+    absolute, hold ``.`` or ``..`` or empty segments, backslashes or NUL bytes, and may not end
+    with the temporary-file suffix.
+
+    Raises
+    ------
+    StoreError
+        Naming the key and the store.
+    """
+    parts = key.split("/")
+    if (
+        not key
+        or key.startswith("/")
+        or "\\" in key
+        or "\0" in key
+        or any(p in ("", ".", "..") for p in parts)
+        or key.endswith(TEMP_SUFFIX)
+        or os.path.isabs(key)
+    ):
+        raise StoreError(
+            f"Refusing key {key!r} in {store}: keys must be relative paths below the store root "
+            "without '.', '..' or empty segments, backslashes or NUL bytes"
+        )
+    return key
 
 
 def _pread_exact(fd: int, out: memoryview, offset: int) -> int:
@@ -49,7 +78,7 @@ class LocalChunkStore:
         self.name = self.root.as_uri() if self.root.is_absolute() else str(self.root)
 
     def _path(self, key: str) -> str:
-        return os.path.join(self.root, key)
+        return os.path.join(self.root, check_key(key, self.name))
 
     def get(self, key: str, scratch: Scratch | None = None) -> Buf | None:
         """Read a whole file (into the thread's scratch buffer when given)."""
@@ -87,8 +116,10 @@ class LocalChunkStore:
             return None
         try:
             out: list[Buf] = []
+            size = os.fstat(fd).st_size
             for start, length in ranges:
-                buf = np.empty(length, np.uint8)
+                # A hostile shard index may ask for absurd lengths: never allocate past the file.
+                buf = np.empty(max(0, min(length, size - start)), np.uint8)
                 got = _pread_exact(fd, memoryview(buf), start)
                 out.append(buf[:got])
             return out

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf, as_u8
+from cuzarr.errors import StoreError
 from cuzarr.stores.base import Scratch
 
 __all__ = ["ZarrChunkStore"]
@@ -38,12 +39,18 @@ class ZarrChunkStore:
         self._prototype = default_buffer_prototype()
         self.name = str(store)
 
-    def _run[T](self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._loop is not None:
-            return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-        from zarr.core.sync import sync
+    def _run[T](self, coro: Coroutine[Any, Any, T], what: str = "", key: str = "") -> T:
+        try:
+            if self._loop is not None:
+                return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+            from zarr.core.sync import sync
 
-        return sync(coro)
+            return sync(coro)
+        except (FileNotFoundError, StoreError):
+            raise
+        except OSError as exc:
+            # Name what failed: the operation, the key and the store.
+            raise StoreError(f"Failed to {what} '{key}' in {self.name}: {exc}") from exc
 
     @staticmethod
     def _bytes(value: Any) -> Buf:
@@ -51,7 +58,7 @@ class ZarrChunkStore:
 
     def get(self, key: str, scratch: Scratch | None = None) -> Buf | None:
         """Fetch a whole object."""
-        value = self._run(self._store.get(key, self._prototype))
+        value = self._run(self._store.get(key, self._prototype), "read", key)
         return None if value is None else self._bytes(value)
 
     def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
@@ -69,7 +76,9 @@ class ZarrChunkStore:
         from zarr.abc.store import RangeByteRequest
 
         requests = [(key, RangeByteRequest(start, start + length)) for start, length in ranges]
-        values = self._run(self._store.get_partial_values(self._prototype, requests))
+        values = self._run(
+            self._store.get_partial_values(self._prototype, requests), "read ranges of", key
+        )
         if any(v is None for v in values):
             return None
         return [self._bytes(v) for v in values]
@@ -79,10 +88,12 @@ class ZarrChunkStore:
         from zarr.abc.store import SuffixByteRequest
 
         try:
-            size = int(self._run(self._store.getsize(key)))
+            size = int(self._run(self._store.getsize(key), "get the size of", key))
         except FileNotFoundError:
             return None
-        value = self._run(self._store.get(key, self._prototype, SuffixByteRequest(min(length, size))))
+        value = self._run(
+            self._store.get(key, self._prototype, SuffixByteRequest(min(length, size))), "read", key
+        )
         if value is None:
             return None
         return self._bytes(value), size
@@ -94,8 +105,8 @@ class ZarrChunkStore:
     def set(self, key: str, data: Buf) -> None:
         """Write a whole object through the store."""
         value = self._prototype.buffer.from_array_like(as_u8(data))
-        self._run(self._store.set(key, value))
+        self._run(self._store.set(key, value), "write", key)
 
     def delete(self, key: str) -> None:
         """Delete an object through the store (missing keys are ignored by zarr stores)."""
-        self._run(self._store.delete(key))
+        self._run(self._store.delete(key), "delete", key)
