@@ -1,0 +1,164 @@
+"""Helpers shared by the tools: listing a store, finding nodes, parsing chunk keys."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cuzarr import _zarr_compat as compat
+from cuzarr.api import StoreHandle, resolve_target
+from cuzarr.metadata.spec import ArraySpec
+
+__all__ = [
+    "JOURNAL_NAME",
+    "METADATA_NAMES",
+    "Listing",
+    "ProgressFn",
+    "list_store",
+    "node_keys",
+    "node_paths",
+    "open_handle",
+    "parse_chunk_key",
+    "shard_layout",
+]
+
+#: Called as ``progress(description, done, total)``; ``total`` may be ``None``.
+ProgressFn = Callable[[str, int, int | None], None]
+
+#: Metadata documents; never chunk keys.
+METADATA_NAMES = frozenset({"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"})
+
+#: The progress journal ``cuzarr copy`` keeps at the destination's root while it runs.
+JOURNAL_NAME = ".cuzarr-copy.json"
+
+
+def open_handle(target: Any, *, read_only: bool) -> StoreHandle:
+    """Resolve a path, ``file://`` URL or zarr ``Store`` (see :func:`cuzarr.api.resolve_target`).
+
+    Parameters
+    ----------
+    target : str, os.PathLike or zarr.abc.store.Store
+        The store.
+    read_only : bool
+        Refuse writes.
+
+    Returns
+    -------
+    StoreHandle
+    """
+    return resolve_target(target, read_only=read_only)
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """Every object of a store with its size.
+
+    Attributes
+    ----------
+    sizes : dict of str to int
+        Key to size in bytes, temporary files included.
+    """
+
+    sizes: dict[str, int]
+
+
+def list_store(handle: StoreHandle) -> Listing:
+    """List every object of the store, in-progress temporary files included.
+
+    Parameters
+    ----------
+    handle : StoreHandle
+        The store.
+
+    Returns
+    -------
+    Listing
+    """
+    if handle.root is None:
+        return Listing(dict(compat.list_sizes(handle.zarr_store(), "")))
+    sizes: dict[str, int] = {}
+    root = handle.root
+    for folder, _dirs, files in os.walk(root):
+        rel = os.path.relpath(folder, root)
+        base = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+        for name in files:
+            try:
+                sizes[base + name] = os.stat(os.path.join(folder, name)).st_size
+            except FileNotFoundError:  # removed while listing
+                continue
+    return Listing(sizes)
+
+
+def node_paths(listing: Listing) -> list[str]:
+    """Paths of every node (a folder holding a metadata document), sorted, root first."""
+    found: set[str] = set()
+    for key in listing.sizes:
+        head, _, name = key.rpartition("/")
+        if name in ("zarr.json", ".zarray", ".zgroup"):
+            found.add(head)
+    return sorted(found, key=lambda p: (p.count("/") if p else -1, p))
+
+
+def node_keys(listing: Listing, path: str, nodes: list[str]) -> dict[str, int]:
+    """Keys below the node ``path`` that belong to no deeper node, with their sizes."""
+    prefix = f"{path}/" if path else ""
+    deeper = [f"{n}/" for n in nodes if n != path and n.startswith(prefix)]
+    return {
+        key: size
+        for key, size in listing.sizes.items()
+        if key.startswith(prefix) and not any(key.startswith(d) for d in deeper)
+    }
+
+
+def parse_chunk_key(spec: ArraySpec, rel: str) -> tuple[int, ...] | None:
+    """Grid coordinates of a chunk key relative to the array, or ``None`` if it is not one.
+
+    Parameters
+    ----------
+    spec : ArraySpec
+        The array.
+    rel : str
+        A key relative to the array's path.
+
+    Returns
+    -------
+    tuple of int or None
+        The coordinates (not checked against the grid), or ``None``.
+    """
+    enc = spec.chunk_key_encoding
+    ndim = len(spec.shape)
+    if enc.kind == "default":
+        if rel == "c" and ndim == 0:
+            return ()
+        head = f"c{enc.separator}"
+        if not rel.startswith(head):
+            return None
+        rel = rel[len(head) :]
+    elif ndim == 0:
+        return () if rel == "0" else None
+    parts = rel.split(enc.separator)
+    if len(parts) != ndim or not all(p.isdigit() and p.isascii() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def shard_layout(spec: ArraySpec) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """Return ``(chunks, shards)`` as zarr-python names them (inner chunks, shard shape).
+
+    Parameters
+    ----------
+    spec : ArraySpec
+        The array.
+
+    Returns
+    -------
+    tuple
+        The (inner) chunk shape and the shard shape, or ``None`` when not sharded.
+    """
+    if spec.zarr_format == 3 and spec.codecs and spec.codecs[0].name == "sharding_indexed":
+        inner = spec.codecs[0].configuration.get("chunk_shape")
+        if isinstance(inner, list) and all(isinstance(x, int) for x in inner):
+            return tuple(inner), spec.chunk_shape
+    return spec.chunk_shape, None
