@@ -11,6 +11,7 @@ zarr's own ``BatchedCodecPipeline``: logged once per reason and counted, or rais
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Self
 
@@ -18,7 +19,7 @@ from zarr.abc.codec import CodecPipeline
 
 from cuzarr import _zarr_compat as compat
 from cuzarr import diagnostics
-from cuzarr.codecs.chain import build_chunk_codec
+from cuzarr.codecs.chain import ChunkCodec, build_chunk_codec
 from cuzarr.config import Settings, get_settings
 from cuzarr.engine import ArrayEngine
 from cuzarr.errors import UnsupportedError
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Pipeline"]
 
+_WRITE_ORDERS = ("morton", "lexicographic", "colexicographic", "unordered")
+
 BatchInfo = tuple[Any, "ZArraySpec", "SelectorTuple", "SelectorTuple", bool]
 
 
@@ -50,6 +53,12 @@ def engine_for_metadata(metadata: Any, settings: Settings) -> ArrayEngine:
     fmt, doc = compat.metadata_document(metadata)
     spec = parse_v3(doc, path="") if fmt == 3 else parse_v2(doc, path="")
     codec = build_chunk_codec(spec)
+    # zarr's ShardingCodec carries a write-time layout (``subchunk_write_order``, zarr >= 3.4)
+    # that is not stored in metadata; honour it so shards are byte-identical to zarr's.
+    codecs: tuple[Any, ...] = tuple(getattr(metadata, "codecs", ()))
+    order = getattr(codecs[0], "subchunk_write_order", None) if len(codecs) == 1 else None
+    if order in _WRITE_ORDERS and isinstance(codec, ChunkCodec) and codec.sharding is not None:
+        codec = replace(codec, array_bytes=replace(codec.sharding, write_order=order))
     if codec.nbytes > settings.max_chunk_nbytes:
         raise UnsupportedError(
             f"a chunk decodes to {codec.nbytes} bytes, over the max_chunk_nbytes limit of "

@@ -12,6 +12,7 @@ sharding is left to zarr-python's pipeline.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Iterator, Mapping
@@ -27,10 +28,34 @@ from cuzarr.errors import CorruptChunkError
 if TYPE_CHECKING:
     from cuzarr.codecs.chain import ChunkCodec
 
-__all__ = ["EMPTY", "ShardingCodec"]
+__all__ = ["EMPTY", "ShardingCodec", "morton_order"]
 
 #: Offset and length marking an empty inner chunk.
 EMPTY = np.uint64(2**64 - 1)
+
+
+@functools.lru_cache(maxsize=64)
+def morton_order(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """C-order flat indices of a grid, sorted by Morton (Z-order) code.
+
+    The code interleaves coordinate bits from the lowest up, dimension 0 first, skipping
+    dimensions that have run out of bits: the "compressed Morton code" zarr-python 3.4 uses
+    for its default ``subchunk_write_order``, so shards cuzarr writes are byte-identical to
+    zarr's.
+    """
+    n = math.prod(shape)
+    if n == 0:
+        return ()
+    coords = np.indices(shape, dtype=np.int64).reshape(len(shape), -1)
+    bits = [(c - 1).bit_length() for c in shape]
+    code = np.zeros(n, dtype=np.int64)
+    out_bit = 0
+    for bit in range(max(bits, default=0)):
+        for dim, nbits in enumerate(bits):
+            if bit < nbits:
+                code |= ((coords[dim] >> bit) & 1) << out_bit
+                out_bit += 1
+    return tuple(int(i) for i in np.argsort(code, kind="stable"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +76,8 @@ class ShardingCodec:
         Inner chunks along each dimension.
     fill_value : Any
         The array's fill value, for empty inner chunks of whole-shard decodes.
+    write_order : {"morton", "lexicographic", "colexicographic", "unordered"}
+        Layout of inner chunks in shards this codec writes (reads accept any layout).
     """
 
     chunk_shape: tuple[int, ...]
@@ -59,7 +86,21 @@ class ShardingCodec:
     index_location: Literal["start", "end"]
     chunks_per_shard: tuple[int, ...]
     fill_value: Any
+    write_order: Literal["morton", "lexicographic", "colexicographic", "unordered"] = "morton"
     name: str = "sharding_indexed"
+
+    def layout_order(self) -> tuple[int, ...]:
+        """C-order indices of inner chunks in the order their bytes are laid out on write.
+
+        ``morton`` is zarr-python's default; zarr's ``subchunk_write_order`` is a write-time
+        setting not stored in metadata, which the pipeline adapter carries over.
+        """
+        if self.write_order == "morton":
+            return morton_order(self.chunks_per_shard)
+        flat = np.arange(self.n_inner).reshape(self.chunks_per_shard)
+        if self.write_order == "colexicographic":
+            return tuple(int(i) for i in flat.ravel(order="F"))
+        return tuple(range(self.n_inner))
 
     @property
     def n_inner(self) -> int:
@@ -175,7 +216,7 @@ class ShardingCodec:
         table = np.full((self.n_inner, 2), EMPTY, dtype=np.uint64)
         n_index = self.index_nbytes
         pos = n_index if self.index_location == "start" else 0
-        order = sorted(encoded)
+        order = [i for i in self.layout_order() if i in encoded]
         sizes = [memoryview(encoded[i]).nbytes for i in order]
         total = sum(sizes) + n_index
         out = np.empty(total, dtype=np.uint8)
