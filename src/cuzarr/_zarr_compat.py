@@ -345,3 +345,20 @@ def local_store_root(store: Any) -> Any:
     from zarr.storage import LocalStore
 
     return store.root if type(store) is LocalStore else None
+
+
+def obstore_of(store: Any) -> Any:
+    """The obstore store inside exactly a zarr ``ObjectStore`` (not a wrapper), else ``None``."""
+    try:
+        from zarr.storage import ObjectStore
+    except ImportError:  # pragma: no cover - zarr always has it
+        return None
+    return store.store if type(store) is ObjectStore else None
+
+
+def object_store(obstore_store: Any, *, read_only: bool) -> Any:
+    """A zarr ``ObjectStore`` over an obstore store."""
+    from zarr.storage import ObjectStore
+
+    return ObjectStore(obstore_store, read_only=read_only)
+

@@ -1,8 +1,8 @@
 """``cuzarr.open`` and ``cuzarr.create``: the explicit API's entry points.
 
-A target is a local path, a ``file://`` URL, or any zarr-python ``Store``. Object-store URLs
-(``s3://``, ``gs://``, ``https://``) are not handled by cuzarr's own stores yet: pass a zarr
-``Store`` for them (``zarr.storage.FsspecStore.from_url(...)``, ``zarr.storage.ObjectStore``).
+A target is a local path, a ``file://`` URL, an object-store URL (``s3://``, ``gs://``,
+``az://``, ``https://``; through obstore, configured by ``storage_options``), or any
+zarr-python ``Store``.
 
 >>> import cuzarr
 >>> a = cuzarr.create("data.zarr", shape=(100, 100), chunks=(10, 10), dtype="f4")  # doctest: +SKIP
@@ -28,6 +28,7 @@ from cuzarr.errors import MetadataError, UnsupportedError
 from cuzarr.metadata.load import GroupSpec, normalize_node_path, read_node
 from cuzarr.stores import from_zarr_store
 from cuzarr.stores.local import TEMP_SUFFIX, LocalChunkStore
+from cuzarr.stores.obstore_ import OBJECT_STORE_SCHEMES
 
 if TYPE_CHECKING:
     from cuzarr.array import Array
@@ -53,33 +54,57 @@ class StoreHandle:
         Any other zarr store (pickled by zarr's own rules: a ``MemoryStore`` by value).
     read_only : bool
         Refuse writes.
+    url : str, optional
+        The object-store URL ``zarr_store`` was opened from (names the store in messages).
+    concurrency : int, optional
+        Requests in flight on an object store.
     """
 
     def __init__(
-        self, *, root: str | None = None, zarr_store: Any = None, read_only: bool = True
+        self,
+        *,
+        root: str | None = None,
+        zarr_store: Any = None,
+        read_only: bool = True,
+        url: str | None = None,
+        concurrency: int | None = None,
     ) -> None:
         if (root is None) == (zarr_store is None):
             raise ValueError("StoreHandle needs exactly one of root= and zarr_store=")
         self.root = root
         self._zarr_store = zarr_store
         self.read_only = read_only
+        self.url = url
+        self.concurrency = concurrency
         self._chunk_store: ChunkStore | None = None
         self._local_zarr: Any = None
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"root": self.root, "zarr_store": self._zarr_store, "read_only": self.read_only}
+        return {
+            "root": self.root,
+            "zarr_store": self._zarr_store,
+            "read_only": self.read_only,
+            "url": self.url,
+            "concurrency": self.concurrency,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]
-            root=state["root"], zarr_store=state["zarr_store"], read_only=state["read_only"]
+            root=state["root"],
+            zarr_store=state["zarr_store"],
+            read_only=state["read_only"],
+            url=state.get("url"),
+            concurrency=state.get("concurrency"),
         )
 
     @property
     def name(self) -> str:
-        """A short description for messages (``file:///data/a.zarr``, ``memory://...``)."""
+        """A short description for messages (``file:///data/a.zarr``, ``s3://b/a.zarr``...)."""
         if self.root is not None:
             return Path(self.root).as_uri()
+        if self.url is not None:
+            return self.url
         return str(self._zarr_store)
 
     def chunk_store(self) -> ChunkStore:
@@ -92,7 +117,9 @@ class StoreHandle:
                     if self.root is not None:
                         store = LocalChunkStore(self.root, read_only=self.read_only)
                     else:
-                        store = from_zarr_store(self._zarr_store)
+                        store = from_zarr_store(
+                            self._zarr_store, name=self.url, concurrency=self.concurrency
+                        )
                     self._chunk_store = store
         return store
 
@@ -154,7 +181,7 @@ def resolve_target(
     Raises
     ------
     UnsupportedError
-        For object-store URLs (``s3://``, ``gs://``, ``https://``...).
+        For URLs of schemes cuzarr has no store for.
     TypeError
         For targets of other types.
     ValueError
@@ -167,11 +194,13 @@ def resolve_target(
         text = os.fspath(target)
         if isinstance(text, bytes):
             text = os.fsdecode(text)
-        scheme = urllib.parse.urlsplit(text).scheme if "://" in text else ""
+        scheme = urllib.parse.urlsplit(text).scheme.lower() if "://" in text else ""
+        if scheme in OBJECT_STORE_SCHEMES:
+            return _object_store_handle(text, read_only=read_only, storage_options=storage_options)
         if scheme and scheme != "file":
             raise UnsupportedError(
-                f"cannot open {text!r}: cuzarr's explicit API has no object-store support "
-                f"({scheme}://) yet; open the store with zarr-python and pass it instead, e.g. "
+                f"cannot open {text!r}: cuzarr has no store for {scheme}:// URLs; open the store "
+                f"with zarr-python and pass it instead, e.g. "
                 f"cuzarr.open(zarr.storage.FsspecStore.from_url({text!r}))"
             )
         if scheme == "file":
@@ -194,6 +223,21 @@ def resolve_target(
     raise TypeError(
         f"cannot open a {type(target).__name__}: expected a local path, a file:// URL or a "
         "zarr Store"
+    )
+
+
+def _object_store_handle(
+    url: str, *, read_only: bool, storage_options: Mapping[str, Any] | None
+) -> StoreHandle:
+    """A handle on an object-store URL: obstore underneath, a zarr ``ObjectStore`` for zarr."""
+    from cuzarr.stores.obstore_ import open_url
+
+    store, concurrency = open_url(url, storage_options)
+    return StoreHandle(
+        zarr_store=compat.object_store(store, read_only=read_only),
+        read_only=read_only,
+        url=url.rstrip("/"),
+        concurrency=concurrency,
     )
 
 
@@ -268,7 +312,8 @@ def open(
     Parameters
     ----------
     target : str, os.PathLike or zarr.abc.store.Store
-        A local path, a ``file://`` URL, or any zarr-python store.
+        A local path, a ``file://`` URL, an object-store URL (``s3://bucket/path``,
+        ``gs://``, ``az://``, ``https://``), or any zarr-python store.
     mode : {"r", "r+", "a"}, default "r"
         ``"r"`` opens read-only; ``"r+"`` and ``"a"`` allow writes to an existing node.
     path : str, default ""
@@ -276,7 +321,10 @@ def open(
     device : {"auto", "cpu", "gpu"}, optional
         Where to decode; by default the device of ``settings``.
     storage_options : mapping, optional
-        Options of an object store; refused for local paths and zarr stores.
+        Options of an object-store URL: obstore's configuration keys or s3fs-style names
+        (``endpoint_url``, ``key``, ``secret``, ``anon``...), ``client_options``,
+        ``retry_config`` (durations in seconds) and ``concurrency`` (see
+        ``docs/object-storage.md``); refused for local paths and zarr stores.
     zarr_format : {2, 3}, optional
         Only look for metadata of this format (default: v3, then v2).
     settings : Settings, optional
@@ -293,8 +341,10 @@ def open(
     ------
     NodeNotFoundError
         If there is no array or group at the target (the message names it).
+    StoreError
+        If the object store refuses access or keeps failing after retries.
     UnsupportedError
-        For object-store URLs, or arrays the engine cannot read.
+        For URLs cuzarr has no store for, or arrays the engine cannot read.
     """
     _check_mode(mode)
     resolved = _settings(settings, device)

@@ -258,7 +258,9 @@ class Array:
         self._spec = spec
         self._settings = settings
         self._write_empty_chunks = write_empty_chunks
-        self._engine = ArrayEngine(spec, codec, settings)
+        # Shard indexes of object stores are cached across reads of this array (its own
+        # writes invalidate them; another writer's changes need a re-open).
+        self._engine = ArrayEngine(spec, codec, settings, cache_shard_indexes=True)
         self._indexer = GridIndexer(spec)
         self._store: ChunkStore | None = None
         self._grid: Any = None

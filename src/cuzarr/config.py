@@ -72,6 +72,9 @@ class Settings:
         Bound on decoded-but-not-scattered and fetched-but-not-decoded bytes for huge reads.
     max_chunk_nbytes : int
         Refuse arrays whose single chunk would decode to more than this (untrusted metadata).
+    io_concurrency : int
+        Requests in flight at once on remote stores (object stores, fsspec), where a request
+        costs milliseconds of waiting, not CPU.
     """
 
     device: Device = Device.AUTO
@@ -81,6 +84,7 @@ class Settings:
     max_coalesced: int = 16 * 1024 * 1024
     max_bytes_in_flight: int = 512 * 1024 * 1024
     max_chunk_nbytes: int = 2**31
+    io_concurrency: int = 32
 
     @classmethod
     def from_env(cls) -> Settings:

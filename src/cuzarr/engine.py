@@ -8,6 +8,12 @@ needed inner chunks), then decode every needed inner chunk of the wave in parall
 
 Writes merge, encode and store each chunk in one task; a shard is rebuilt once per write
 call, keeping the stored bytes of inner chunks the write does not touch.
+
+On remote stores (object stores) the fetch phases run on ``Settings.io_concurrency`` threads,
+so that many requests are in flight at once, and an engine created with
+``cache_shard_indexes=True`` (one per ``cuzarr.Array``) keeps decoded shard indexes across
+calls. Read-modify-writes fetch the old object with the store's ``get_for_update`` where it
+has one, so that the store can make the following put conditional.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from cuzarr.errors import CorruptChunkError, CuzarrError
 from cuzarr.metadata.spec import ArraySpec
 from cuzarr.plan import ByteRange, ChunkRequest, coalesce
 from cuzarr.selection import is_full, iter_blocks, needed_blocks, rebase, selection_box
+from cuzarr.shard_cache import ShardIndexCache
+from cuzarr.stores import io_threads, is_remote
 from cuzarr.stores.base import ChunkStore, Scratch
 
 __all__ = ["ArrayEngine"]
@@ -106,22 +114,45 @@ class ArrayEngine:
         The compiled codec chain of the array's chunks.
     settings : Settings
         Thread count, coalescing and memory bounds.
+    cache_shard_indexes : bool, default False
+        Keep decoded shard indexes of remote stores across calls (see
+        :class:`~cuzarr.shard_cache.ShardIndexCache`); this engine's writes invalidate them.
     """
 
-    def __init__(self, spec: ArraySpec, codec: Codec, settings: Settings) -> None:
+    def __init__(
+        self,
+        spec: ArraySpec,
+        codec: Codec,
+        settings: Settings,
+        *,
+        cache_shard_indexes: bool = False,
+    ) -> None:
         self.spec = spec
         self.codec = codec
         self.settings = settings
         self.fill = compat.fill_for_missing(spec.fill_value, spec.data_type)
         self.sharding: ShardingCodec | None = codec.sharding
+        self.index_cache: ShardIndexCache | None = (
+            ShardIndexCache() if cache_shard_indexes and self.sharding is not None else None
+        )
         self._scratch = Scratch()
         self._chunks = _ChunkScratch()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"spec": self.spec, "codec": self.codec, "settings": self.settings}
+        return {
+            "spec": self.spec,
+            "codec": self.codec,
+            "settings": self.settings,
+            "cache_shard_indexes": self.index_cache is not None,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["spec"], state["codec"], state["settings"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["spec"],
+            state["codec"],
+            state["settings"],
+            cache_shard_indexes=state.get("cache_shard_indexes", False),
+        )
 
     # ------------------------------------------------------------------ decoding helpers
 
@@ -172,7 +203,7 @@ class ArrayEngine:
         def one(req: ChunkRequest) -> bool:
             return self._read_chunk(store, req, out, drop_axes)
 
-        return parallel_map(one, requests, self.settings.n_threads)
+        return parallel_map(one, requests, io_threads(store, self.settings))
 
     def _read_chunk(
         self, store: ChunkStore, req: ChunkRequest, out: npt.NDArray[Any], drop_axes: tuple[int, ...]
@@ -227,7 +258,7 @@ class ArrayEngine:
             def fetch(req: ChunkRequest) -> _ShardRead:
                 return self._fetch_shard(store, sh, req, out, drop_axes)
 
-            reads = parallel_map(fetch, wave, self.settings.n_threads)
+            reads = parallel_map(fetch, wave, io_threads(store, self.settings))
             tasks: list[tuple[_ShardRead, tuple[int, ...]]] = [
                 (r, b) for r in reads if r.present for b in r.blocks
             ]
@@ -271,11 +302,26 @@ class ArrayEngine:
                     if table[i, 0] != EMPTY
                 }
             else:
-                fetched = self._fetch_shard_index(store, sh, req.key)
+                cache = self.index_cache if is_remote(store) else None
+                cached = None if cache is None else cache.get(req.key)
+                fetched = cached or self._fetch_shard_index(store, sh, req.key)
                 if fetched is None:
                     return result
                 table, size = fetched
-                sources = self._fetch_inner_ranges(store, req.key, table, flat, size)
+                try:
+                    sources = self._fetch_inner_ranges(store, req.key, table, flat, size)
+                except CorruptChunkError:
+                    if cached is None or cache is None:
+                        raise
+                    # Rewritten by someone else since the index was cached: read it again.
+                    cache.discard(req.key)
+                    fetched = self._fetch_shard_index(store, sh, req.key)
+                    if fetched is None:
+                        return result
+                    table, size = fetched
+                    sources = self._fetch_inner_ranges(store, req.key, table, flat, size)
+                if cache is not None and cached is None:
+                    cache.put(req.key, table, size)
         except CorruptChunkError as exc:
             where = _where(req.key, self.spec.path).replace("chunk", "shard", 1)
             raise CorruptChunkError(f"Corrupt {where}: {exc}") from exc
@@ -391,15 +437,27 @@ class ArrayEngine:
             sh = self.sharding
 
             def shard(req: ChunkRequest) -> None:
-                self._write_shard(store, sh, req, value, drop_axes, write_empty_chunks)
+                try:
+                    self._write_shard(store, sh, req, value, drop_axes, write_empty_chunks)
+                finally:
+                    if self.index_cache is not None:
+                        self.index_cache.discard(req.key)
 
-            parallel_map(shard, requests, self.settings.n_threads)
+            parallel_map(shard, requests, io_threads(store, self.settings))
             return
 
         def one(req: ChunkRequest) -> None:
             self._write_chunk(store, req, value, drop_axes, write_empty_chunks)
 
-        parallel_map(one, requests, self.settings.n_threads)
+        parallel_map(one, requests, io_threads(store, self.settings))
+
+    @staticmethod
+    def _get_for_update(store: ChunkStore, key: str, scratch: Scratch | None = None) -> Buf | None:
+        """The stored object about to be rewritten (lets the store make the put conditional)."""
+        get_for_update = getattr(store, "get_for_update", None)
+        if get_for_update is not None:
+            return get_for_update(key)
+        return store.get(key, scratch)
 
     def _merge(
         self,
@@ -448,7 +506,7 @@ class ArrayEngine:
         if chunk is None:
             existing = None
             if not req.complete:
-                raw = store.get(req.key, self._scratch)
+                raw = self._get_for_update(store, req.key, self._scratch)
                 if raw is not None:
                     existing = self._decode(codec, req.key, raw)
             chunk = self._merge(
@@ -480,7 +538,7 @@ class ArrayEngine:
         )
         old: dict[int, Buf] = {}
         if not whole:
-            raw = store.get(req.key)
+            raw = self._get_for_update(store, req.key)
             if raw is not None:
                 try:
                     u8, table = sh.split(raw)

@@ -1,14 +1,17 @@
-"""Stores the engine reads and writes: local folders, memory, and any zarr Store."""
+"""Stores the engine reads and writes: local folders, memory, object stores, any zarr Store."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuzarr.stores.base import ChunkStore, Scratch
 from cuzarr.stores.local import LocalChunkStore
 from cuzarr.stores.memory import MemoryChunkStore
 from cuzarr.stores.zarr_store import ZarrChunkStore
+
+if TYPE_CHECKING:
+    from cuzarr.config import Settings
 
 __all__ = [
     "ChunkStore",
@@ -17,19 +20,73 @@ __all__ = [
     "Scratch",
     "ZarrChunkStore",
     "from_zarr_store",
+    "io_threads",
+    "is_remote",
 ]
 
 
-def from_zarr_store(store: Any, loop: asyncio.AbstractEventLoop | None = None) -> ChunkStore:
+def from_zarr_store(
+    store: Any,
+    loop: asyncio.AbstractEventLoop | None = None,
+    *,
+    name: str | None = None,
+    concurrency: int | None = None,
+) -> ChunkStore:
     """Return the fastest :class:`ChunkStore` for a zarr-python store.
 
-    ``LocalStore`` and ``MemoryStore`` (exactly those classes, not wrappers) are accessed
-    directly; every other store through its own async API.
+    ``LocalStore``, ``MemoryStore`` and ``ObjectStore`` (exactly those classes, not wrappers)
+    are accessed directly (an ``ObjectStore`` through obstore, with many requests in flight);
+    every other store (``FsspecStore``, zip, wrappers) through its own async API.
+
+    Parameters
+    ----------
+    store : zarr.abc.store.Store
+        The store.
+    loop : asyncio.AbstractEventLoop, optional
+        A running loop free while the engine runs (for stores used through their async API).
+    name : str, optional
+        What messages call an object store (e.g. the URL it was opened from).
+    concurrency : int, optional
+        Requests in flight on an object store.
     """
     from zarr.storage import LocalStore, MemoryStore
+
+    from cuzarr import _zarr_compat as compat
 
     if type(store) is LocalStore:
         return LocalChunkStore(store.root, read_only=store.read_only)
     if type(store) is MemoryStore:
         return MemoryChunkStore(store)
+    inner = compat.obstore_of(store)
+    if inner is not None:
+        from cuzarr.stores.obstore_ import ObstoreChunkStore
+
+        return ObstoreChunkStore(
+            inner, name=name or str(store), read_only=store.read_only, concurrency=concurrency
+        )
     return ZarrChunkStore(store, loop)
+
+
+def is_remote(store: ChunkStore) -> bool:
+    """Whether requests to ``store`` have a high latency (object stores, any other store).
+
+    A store says so with a ``remote`` attribute; without one, every store other than local
+    folders and memory counts as remote.
+    """
+    flag = getattr(store, "remote", None)
+    if flag is not None:
+        return bool(flag)
+    return not isinstance(store, (LocalChunkStore, MemoryChunkStore))
+
+
+def io_threads(store: ChunkStore, settings: Settings) -> int:
+    """Engine threads for one batch on ``store``: more than the cores for remote stores.
+
+    Remote stores spend their time waiting on requests: the engine keeps
+    ``Settings.io_concurrency`` of them in flight (or the store's own ``io_concurrency``).
+    """
+    n = settings.n_threads
+    if not is_remote(store):
+        return n
+    own = getattr(store, "io_concurrency", None)
+    return max(n, int(own) if own else settings.io_concurrency)

@@ -1,0 +1,78 @@
+"""A small LRU cache of decoded shard indexes, shared by the reads of one ``cuzarr.Array``.
+
+On an object store a partial read of a shard costs two round trips: the index, then the inner
+chunks. Caching the index turns every later partial read of the same shard into one. The cache
+trusts that nobody else rewrites the shard: the array's own writes invalidate what they touch,
+and a reader that must see another writer's changes re-opens the array.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["ShardIndexCache"]
+
+
+class ShardIndexCache:
+    """Shard key -> (index table, shard size), bounded by the bytes of the tables held.
+
+    Parameters
+    ----------
+    max_bytes : int, default 32 MiB
+        Bound on the cached tables' size; least recently used entries go first.
+    """
+
+    def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, tuple[npt.NDArray[np.uint64], int | None]] = OrderedDict()
+        self._nbytes = 0
+        self._lock = threading.Lock()
+        #: Lookups answered from the cache, and the ones that were not.
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str) -> tuple[npt.NDArray[np.uint64], int | None] | None:
+        """The cached ``(table, size)`` of shard ``key``, or ``None``."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return entry
+
+    def put(self, key: str, table: npt.NDArray[np.uint64], size: int | None) -> None:
+        """Remember the index of shard ``key`` (a table larger than the bound is not kept)."""
+        if table.nbytes > self.max_bytes:
+            return
+        table.flags.writeable = False
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._nbytes -= old[0].nbytes
+            self._entries[key] = (table, size)
+            self._nbytes += table.nbytes
+            while self._nbytes > self.max_bytes:
+                _, (dropped, _size) = self._entries.popitem(last=False)
+                self._nbytes -= dropped.nbytes
+
+    def discard(self, key: str) -> None:
+        """Forget shard ``key`` (after it was rewritten or found stale)."""
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._nbytes -= old[0].nbytes
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._entries.clear()
+            self._nbytes = 0
