@@ -53,6 +53,11 @@ def _register() -> None:
     register_pipeline(Pipeline)
     # zarr keys the registry by ``module.qualname``; users write ``cuzarr.Pipeline``.
     _pipeline_registry["cuzarr.Pipeline"] = Pipeline
+    # GPU-only nvCOMP formats (cuzarr.ans, ...): reading them without a GPU raises a clear
+    # UnsupportedError. Registration imports no GPU package.
+    from cuzarr.codecs.gpu_only import register as register_gpu_codecs
+
+    register_gpu_codecs()
 
 
 _register()

@@ -24,8 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from cuzarr import _zarr_compat as compat
+from cuzarr.backends.probe import resolve_device
 from cuzarr.codecs.chain import build_chunk_codec
-from cuzarr.config import Settings
+from cuzarr.config import Device, Settings
 from cuzarr.engine import ArrayEngine
 from cuzarr.errors import UnsupportedError
 from cuzarr.indexing import BasicPlan, GridIndexer
@@ -260,7 +261,16 @@ class Array:
         self._write_empty_chunks = write_empty_chunks
         # Shard indexes of object stores are cached across reads of this array (its own
         # writes invalidate them; another writer's changes need a re-open).
-        self._engine = ArrayEngine(spec, codec, settings, cache_shard_indexes=True)
+        self._engine: Any
+        #: The array module of results: numpy, or cupy on the GPU.
+        self._xp: Any = np
+        if resolve_device(settings.device) is Device.GPU:
+            from cuzarr.gpu.backend import GpuEngine
+
+            self._engine = GpuEngine(spec, codec, settings)
+            self._xp = self._engine.xp
+        else:
+            self._engine = ArrayEngine(spec, codec, settings, cache_shard_indexes=True)
         self._indexer = GridIndexer(spec)
         self._store: ChunkStore | None = None
         self._grid: Any = None
@@ -438,19 +448,21 @@ class Array:
         return self._read_plan(plan, out)
 
     def _check_out(self, out: Any, shape: tuple[int, ...]) -> npt.NDArray[Any]:
-        if not isinstance(out, np.ndarray):
-            raise TypeError(f"out: expected a numpy.ndarray, got {type(out).__name__}")
+        if not isinstance(out, self._xp.ndarray):
+            raise TypeError(
+                f"out: expected a {self._xp.__name__}.ndarray, got {type(out).__name__}"
+            )
         if out.shape != shape:
             raise ValueError(f"out: expected shape {shape}, got {out.shape}")
         if out.dtype != self._dtype:
             raise ValueError(f"out: expected dtype {self._dtype}, got {out.dtype}")
         if not out.flags.writeable:
             raise ValueError("out: the buffer is read-only")
-        return out
+        return out  # type: ignore[no-any-return]  # numpy, or cupy on the GPU
 
     def _read_plan(self, plan: BasicPlan, out: npt.NDArray[Any] | None) -> Any:
         if out is None:
-            buf = np.empty(plan.shape, self._dtype)
+            buf = self._xp.empty(plan.shape, self._dtype)
             result: npt.NDArray[Any] = buf
             if plan.newaxes:
                 result = buf.reshape(plan.result_shape)
@@ -494,16 +506,16 @@ class Array:
         coordinate = compat.is_coordinate_indexer(indexer)
         final = tuple(indexer.sel_shape) if coordinate else shape
         if out is None:
-            buf = np.empty(shape, self._dtype)
+            buf = self._xp.empty(shape, self._dtype)
         else:
             buf = self._check_out(out, final).reshape(shape)
-            if buf.size and not np.shares_memory(buf, out):
-                buf = np.empty(shape, self._dtype)  # a strided buffer: read, then copy
+            if buf.size and not self._xp.shares_memory(buf, out):
+                buf = self._xp.empty(shape, self._dtype)  # a strided buffer: read, then copy
         if math.prod(shape):
             requests = self._indexer.requests_from_zarr(indexer)
             self._engine.read(self._chunk_store(), requests, buf, tuple(indexer.drop_axes))
         if out is not None:
-            if buf.size and not np.shares_memory(buf, out):
+            if buf.size and not self._xp.shares_memory(buf, out):
                 out[...] = buf.reshape(final)
             return out
         return buf.reshape(final) if coordinate else buf
@@ -529,9 +541,9 @@ class Array:
             (c * k, min((c + 1) * k, n))
             for c, k, n in zip(coords, self._chunks, self.shape, strict=True)
         ]
-        out = np.empty(tuple(e - s for s, e in region), self._dtype)
+        out = self._xp.empty(tuple(e - s for s, e in region), self._dtype)
         self._engine.read(self._chunk_store(), self._indexer.region(region), out)
-        return out
+        return out  # type: ignore[no-any-return]  # numpy, or cupy on the GPU
 
     def iter_chunks(self) -> Iterator[tuple[tuple[int, ...], npt.NDArray[Any]]]:
         """Yield ``(coords, chunk)`` for every (inner) chunk, clipped at the array's edges.
@@ -555,7 +567,7 @@ class Array:
                 (i * s, min((i + 1) * s, n))
                 for i, s, n in zip(shard, self._shards, self.shape, strict=True)
             ]
-            buf = np.empty(tuple(e - s for s, e in region), self._dtype)
+            buf = self._xp.empty(tuple(e - s for s, e in region), self._dtype)
             self._engine.read(self._chunk_store(), self._indexer.region(region), buf)
             ranges = [
                 range(i * p, min((i + 1) * p, g))
@@ -590,7 +602,7 @@ class Array:
             return
         arr = self._value(value)
         if arr.ndim:
-            arr = np.broadcast_to(arr, plan.result_shape)
+            arr = self._xp.broadcast_to(arr, plan.result_shape)
             if plan.newaxes:
                 arr = arr[tuple(0 if i in plan.newaxes else slice(None) for i in range(arr.ndim))]
             if plan.flip is not None:
@@ -606,20 +618,20 @@ class Array:
     def _value(self, value: Any) -> npt.NDArray[Any]:
         """``value`` as an array of the array's dtype (zarr's conversion rules)."""
         if np.isscalar(value):
-            return np.asarray(value, dtype=self._dtype)
-        arr = np.asarray(value)
+            return self._xp.asarray(value, dtype=self._dtype)  # type: ignore[no-any-return]
+        arr = self._xp.asarray(value)
         if arr.dtype != self._dtype:
             arr = arr.astype(self._dtype)
-        return arr
+        return arr  # type: ignore[no-any-return]
 
     def _write_zarr(self, kind: str, selection: Any, value: Any) -> None:
         indexer = self._zarr_indexer(kind, selection)
         arr = self._value(value)
         if arr.ndim:
             if compat.is_coordinate_indexer(indexer):
-                arr = np.broadcast_to(arr, tuple(indexer.sel_shape)).reshape(-1)
+                arr = self._xp.broadcast_to(arr, tuple(indexer.sel_shape)).reshape(-1)
             else:
-                arr = np.broadcast_to(arr, tuple(indexer.shape))
+                arr = self._xp.broadcast_to(arr, tuple(indexer.shape))
         requests = self._indexer.requests_from_zarr(indexer)
         if requests:
             self._engine.write(

@@ -1,36 +1,27 @@
-"""Probe for a usable GPU without importing GPU packages at ``import cuzarr`` time."""
+"""Probe for a usable GPU without importing GPU packages at ``import cuzarr`` time.
+
+The probe looks for the CUDA driver library and for the packages the GPU backend needs (CuPy,
+nvCOMP's Python module, kvikio) without importing them; only when all are there does it import
+CuPy and ask the driver how many devices it sees. The answer is cached for the process.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import importlib.util
 
+from cuzarr.config import Device
 from cuzarr.errors import UnsupportedError
 
-__all__ = ["gpu_status", "require_gpu"]
+__all__ = ["EXTRAS_HINT", "gpu_status", "missing_components", "require_gpu", "resolve_device"]
 
+#: What to install, in every message about a missing GPU component.
+EXTRAS_HINT = "install cuzarr[cu12] or cuzarr[cu13] (matching your CUDA driver's major version)"
 
-@functools.cache
-def gpu_status() -> str | None:
-    """Return ``None`` when a GPU backend is usable, else a sentence saying what is missing."""
-    missing = [
-        pkg for pkg, mod in (("CuPy", "cupy"), ("nvCOMP", "nvidia.nvcomp"), ("kvikio", "kvikio"))
-        if _find(mod) is None
-    ]
-    if missing:
-        return (
-            f"{', '.join(missing)} not installed: install cuzarr[cu12] or cuzarr[cu13] "
-            "for your CUDA version"
-        )
-    try:
-        import cupy
-
-        n = int(cupy.cuda.runtime.getDeviceCount())
-    except Exception as exc:  # any driver or runtime failure means no GPU
-        return f"no usable CUDA driver or device ({type(exc).__name__}: {exc})"
-    if n < 1:
-        return "no CUDA device found"
-    return "the GPU backend is not implemented yet in this version of cuzarr"
+#: (component, importable module) the GPU backend needs.
+_PACKAGES = (("CuPy", "cupy"), ("nvCOMP", "nvidia.nvcomp"), ("kvikio", "kvikio"))
+_DRIVER_LIBS = ("libcuda.so.1", "libcuda.so", "nvcuda.dll")
 
 
 def _find(module: str) -> object | None:
@@ -40,8 +31,55 @@ def _find(module: str) -> object | None:
         return None
 
 
+def _has_driver() -> bool:
+    for name in _DRIVER_LIBS:
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return True
+    return False
+
+
+def missing_components() -> list[str]:
+    """Names of the missing GPU components: ``CUDA driver``, ``CuPy``, ``nvCOMP``, ``kvikio``."""
+    missing = [] if _has_driver() else ["CUDA driver (libcuda.so.1)"]
+    missing += [name for name, mod in _PACKAGES if _find(mod) is None]
+    return missing
+
+
+@functools.cache
+def gpu_status() -> str | None:
+    """Return ``None`` when the GPU backend is usable, else a sentence saying what is missing."""
+    missing = missing_components()
+    if missing:
+        return f"{', '.join(missing)} not found: {EXTRAS_HINT}"
+    try:
+        import cupy
+
+        n = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # any driver or runtime failure means no GPU
+        return f"no usable CUDA driver or device ({type(exc).__name__}: {exc})"
+    if n < 1:
+        return "no CUDA device found"
+    return None
+
+
 def require_gpu() -> None:
     """Raise :class:`UnsupportedError` naming what is missing when no GPU backend is usable."""
     status = gpu_status()
     if status is not None:
         raise UnsupportedError(f"device='gpu' requested but {status}")
+
+
+def resolve_device(device: Device) -> Device:
+    """The device an engine runs on: ``GPU`` for ``gpu`` (checked), ``CPU`` otherwise.
+
+    ``auto`` decodes on the CPU and returns NumPy arrays: the result type never depends on the
+    machine. (Choosing the GPU for ``auto`` waits for the CPU/GPU crossover that
+    ``bench/gpu_check`` measures; see docs/gpu.md.)
+    """
+    if device is Device.GPU:
+        require_gpu()
+        return Device.GPU
+    return Device.CPU

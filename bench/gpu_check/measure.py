@@ -1,0 +1,237 @@
+"""GPU measurements of the issue's benchmark, in one run; writes one JSON.
+
+Usage: ``python3 measure.py OUT.json [--size-gib 2]``. Every measurement is guarded: one that
+fails records its error and the others still run. Arrays live in /dev/shm or /tmp (page cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cupy as cp
+import numcodecs.zarr3
+import numpy as np
+import zarr
+
+import cuzarr
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+def best(fn: Callable[[], Any], reps: int = 2) -> float:
+    times = []
+    for _ in range(reps):
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        fn()
+        cp.cuda.Device().synchronize()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def guarded(results: dict[str, Any], key: str, fn: Callable[[], Any]) -> None:
+    try:
+        results[key] = fn()
+    except Exception as exc:
+        results[key] = {
+            "error": f"{type(exc).__name__}: {exc}",
+            "trace": traceback.format_exc(limit=4),
+        }
+    print(key, json.dumps(results[key], default=str)[:300], flush=True)
+
+
+def make_data(nbytes: int) -> np.ndarray:
+    n = nbytes // 2
+    rng = np.random.default_rng(0)
+    ramp = (np.arange(n, dtype=np.uint32) % 4096).astype(np.uint16)
+    return ramp + rng.integers(0, 64, n, dtype=np.uint16)
+
+
+def pinned_h2d(nbytes: int) -> dict[str, Any]:
+    mem = cp.cuda.alloc_pinned_memory(nbytes)
+    host = np.frombuffer(mem, np.uint8, count=nbytes)
+    host[:] = 1
+    dev = cp.empty(nbytes, cp.uint8)
+    t = best(lambda: dev.set(host), reps=5)
+    return {"bytes": nbytes, "seconds": t, "gib_s": nbytes / t / GIB}
+
+
+def nvcomp_raw_decode(data: np.ndarray, chunk: int) -> dict[str, Any]:
+    import numcodecs
+    from nvidia import nvcomp
+
+    from cuzarr.backends.cpu import parallel_map
+    from cuzarr.gpu.backend import decode_batch
+
+    u8 = data.view(np.uint8)
+    pieces = [u8[i : i + chunk] for i in range(0, u8.size, chunk)]
+    codec = numcodecs.Zstd(level=1)
+    encs = parallel_map(lambda p: bytes(codec.encode(p)), pieces, os.cpu_count() or 1)
+    devs = [cp.asarray(np.frombuffer(e, np.uint8)) for e in encs]
+    decode_batch("Zstd", devs)  # warm-up
+    t = best(lambda: decode_batch("Zstd", devs))
+    return {
+        "chunk_bytes": chunk,
+        "n": len(devs),
+        "seconds": t,
+        "gib_s": u8.size / t / GIB,
+        "ratio": u8.size / sum(map(len, encs)),
+        "nvcomp": nvcomp.__version__,
+    }
+
+
+CODECS: dict[str, dict[str, Any]] = {
+    "zstd": {"compressors": [zarr.codecs.ZstdCodec(level=1)]},
+    "lz4": {"compressors": [numcodecs.zarr3.LZ4()]},
+    "blosc-zstd": {
+        "compressors": [zarr.codecs.BloscCodec(cname="zstd", clevel=1, shuffle="shuffle")]
+    },
+}
+
+
+def end_to_end(
+    root: Path, data: np.ndarray, name: str, chunk_mib: int, sharded: bool, threads: int
+) -> dict[str, Any]:
+    n = data.size
+    chunk = chunk_mib * MIB // 2
+    path = root / f"{name}_{chunk_mib}{'_sharded' if sharded else ''}"
+    kwargs = dict(CODECS["zstd" if sharded else name])
+    if sharded:
+        kwargs["shards"] = (chunk * 16,)
+    settings = cuzarr.Settings(threads=threads)
+    t0 = time.perf_counter()
+    a = cuzarr.create(
+        path, shape=(n,), chunks=(chunk,), dtype="u2", settings=settings, device="cpu", **kwargs
+    )
+    a[...] = data
+    t_write_cpu = time.perf_counter() - t0
+    stored = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    cpu = cuzarr.open(path, device="cpu", settings=settings)
+    t_cpu = best(lambda: cpu[...])
+    gpu = cuzarr.open(path, device="gpu", settings=settings)
+    out = cp.empty(n, "u2")
+    t_gpu = best(lambda: gpu.read(..., out=out))
+    ok = bool((out[:: max(1, n // 1_000_003)].get() == data[:: max(1, n // 1_000_003)]).all())
+    stats = cuzarr.stats()
+    shutil.rmtree(path)
+    return {
+        "bytes": data.nbytes,
+        "stored": stored,
+        "gpu_s": t_gpu,
+        "cpu_s": t_cpu,
+        "gpu_gib_s": data.nbytes / t_gpu / GIB,
+        "cpu_gib_s": data.nbytes / t_cpu / GIB,
+        "gpu_over_cpu": t_cpu / t_gpu,
+        "cpu_write_s": t_write_cpu,
+        "correct_sample": ok,
+        "gpu_cpu_decodes": stats.get("gpu_cpu_decodes", 0),
+    }
+
+
+def gpu_write(root: Path, data: np.ndarray, chunk_mib: int) -> dict[str, Any]:
+    path = root / "gpu_write"
+    dev = cp.asarray(data)
+    a = cuzarr.create(
+        path,
+        shape=data.shape,
+        chunks=(chunk_mib * MIB // 2,),
+        dtype="u2",
+        compressors=[zarr.codecs.ZstdCodec(level=1)],
+        device="gpu",
+    )
+    t0 = time.perf_counter()
+    a[...] = dev
+    t = time.perf_counter() - t0
+    back = zarr.open_array(path, mode="r")[: 1 << 20]
+    ok = bool((back == data[: 1 << 20]).all())
+    shutil.rmtree(path)
+    return {
+        "bytes": data.nbytes,
+        "seconds": t,
+        "gib_s": data.nbytes / t / GIB,
+        "zarr_cpu_reads_back": ok,
+    }
+
+
+def commit() -> str:
+    f = Path(__file__).with_name("COMMIT")
+    if f.exists():
+        return f.read_text().strip()
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except Exception:
+        return "unknown"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--size-gib", type=float, default=2.0)
+    args = ap.parse_args()
+    nbytes = int(args.size_gib * GIB)
+    threads = os.cpu_count() or 1
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    res: dict[str, Any] = {
+        "gpu": props["name"].decode(),
+        "driver": cp.cuda.runtime.driverGetVersion(),
+        "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
+        "cupy": cp.__version__,
+        "commit": commit(),
+        "threads": threads,
+        "array_bytes": nbytes,
+        "python": sys.version.split()[0],
+    }
+    guarded(res, "gds", lambda: __import__("cuzarr.gpu.backend", fromlist=["gdsinfo"]).gdsinfo())
+    data = make_data(nbytes)
+    guarded(res, "pinned_h2d", lambda: pinned_h2d(min(nbytes, GIB)))
+    guarded(res, "nvcomp_raw_decode_8mib", lambda: nvcomp_raw_decode(data, 8 * MIB))
+    root = Path(tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    try:
+        for name in ("zstd", "lz4", "blosc-zstd"):
+            for mib in (1, 8, 64):
+                guarded(
+                    res,
+                    f"read_{name}_{mib}mib",
+                    lambda name=name, mib=mib: end_to_end(root, data, name, mib, False, threads),
+                )
+        for mib in (1, 8):
+            guarded(
+                res,
+                f"read_sharded-zstd_{mib}mib",
+                lambda mib=mib: end_to_end(root, data, "zstd", mib, True, threads),
+            )
+        guarded(res, "gpu_write_zstd_8mib", lambda: gpu_write(root, data, 8))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    try:
+        floor = min(res["pinned_h2d"]["gib_s"], res["nvcomp_raw_decode_8mib"]["gib_s"])
+        e2e = res["read_zstd_8mib"]
+        res["targets"] = {
+            "e2e_8mib_zstd_over_floor": e2e["gpu_gib_s"] / floor,
+            "e2e_8mib_zstd_over_floor_ok": e2e["gpu_gib_s"] >= 0.7 * floor,
+            "gpu_over_cpu_8mib_zstd": e2e["gpu_over_cpu"],
+            "gpu_over_cpu_ok": e2e["gpu_over_cpu"] >= 5,
+        }
+    except Exception as exc:
+        res["targets"] = {"error": f"{type(exc).__name__}: {exc}"}
+    with open(args.out, "w") as fh:
+        json.dump(res, fh, indent=2, default=str)
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()

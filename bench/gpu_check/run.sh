@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One command on a GPU machine (under 5 minutes on an H200): install the carried wheels, answer
+# the open API questions, run the GPU test suite, then measure. Results land in $OUT (or
+# bench/results/ when OUT is unset): api_probe.json, pytest_gpu.log, gpu_check.json.
+#
+#   device run:  carry [".whl"], command "bash bench/gpu_check/run.sh", timeout_s 540
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-bench/results}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+else
+  export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+fi
+# cuzarr's own pure-Python dependencies must be importable too (zarr, numcodecs, crc32c);
+# carry their wheels in .whl/ when the machine lacks them.
+python3 -c "import zarr, numcodecs, crc32c, cupy; print('zarr', zarr.__version__, 'cupy', cupy.__version__)" || exit 1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/nvidia_smi.txt"
+
+echo "== 1/3 API probe (open questions)"
+timeout 90 python3 bench/gpu_check/probe_api.py "$OUT/api_probe.json"
+echo "== 2/3 GPU test suite"
+timeout 150 python3 -m pytest -q -x -m gpu tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
+echo "== 3/3 measurements"
+timeout 240 python3 bench/gpu_check/measure.py "$OUT/gpu_check.json" --size-gib "${SIZE_GIB:-2}"
+ls -la "$OUT"

@@ -1,0 +1,15 @@
+"""The GPU backend, in two layers.
+
+Host-side preparation that needs no GPU and is tested on the CPU:
+
+- :mod:`cuzarr.gpu.blosc_frames`: Blosc 1 frames parsed into stream and block descriptors;
+- :mod:`cuzarr.gpu.streams`: header/trailer handling of zlib, gzip, numcodecs LZ4 and zstd
+  chunks around the raw streams nvCOMP decodes and encodes;
+- :mod:`cuzarr.gpu.plan`: codec-chain classification, wave sizing, packed batches, scatter
+  descriptors, and NumPy references of every GPU kernel;
+- :mod:`cuzarr.gpu.kernels`: CUDA sources of the kernels (strings; compiled by CuPy on use).
+
+Everything that calls CUDA lives in :mod:`cuzarr.gpu.backend`, which imports CuPy, nvCOMP and
+kvikio. No module of this package is imported by ``import cuzarr``; none but ``backend``
+imports a GPU package.
+"""

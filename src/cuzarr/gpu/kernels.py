@@ -1,0 +1,127 @@
+"""CUDA sources of cuzarr's GPU kernels (plain strings; CuPy compiles them with NVRTC on use).
+
+Every kernel runs one thread per output byte (or element) with a grid-stride loop and computes
+exactly the index formula of its NumPy reference in :mod:`cuzarr.gpu.plan`:
+
+============================  =======================================
+kernel                        reference
+============================  =======================================
+``cuzarr_byte_unshuffle``     :func:`~cuzarr.gpu.plan.byte_unshuffle_indices`
+``cuzarr_bit_unshuffle``      :func:`~cuzarr.gpu.plan.bit_unshuffle_indices`
+``cuzarr_byteswap``           :func:`~cuzarr.gpu.plan.byteswap_indices`
+``cuzarr_scatter``            :func:`~cuzarr.gpu.plan.scatter_indices`
+============================  =======================================
+
+The batched unshuffle kernels take a table of blocks (one row per Blosc block of every frame
+of a wave: source offset, destination offset, size, typesize) and a prefix sum of block sizes,
+so one launch unshuffles a whole wave. The CPU test suite compiles these sources with the host
+C++ compiler (kernel qualifiers stubbed out) to catch syntax errors before a GPU run.
+
+Not verified on a GPU yet: launch configurations and throughput (see docs/gpu.md).
+"""
+
+from __future__ import annotations
+
+__all__ = ["BLOCK_TABLE_FIELDS", "KERNEL_NAMES", "SOURCE"]
+
+#: Columns of the int64 block table the unshuffle kernels read (row-major, one row per block).
+BLOCK_TABLE_FIELDS = ("src", "dst", "nbytes", "typesize")
+
+KERNEL_NAMES = (
+    "cuzarr_byte_unshuffle",
+    "cuzarr_bit_unshuffle",
+    "cuzarr_byteswap",
+    "cuzarr_scatter",
+)
+
+SOURCE = r"""
+typedef long long i64;
+typedef unsigned char u8;
+
+// Block b owning global byte i: binary search in the exclusive prefix sum of block sizes.
+__device__ __forceinline__ i64 cuzarr_find_block(const i64* starts, i64 nblocks, i64 i) {
+    i64 lo = 0, hi = nblocks - 1;
+    while (lo < hi) {
+        i64 mid = (lo + hi + 1) / 2;
+        if (starts[mid] <= i) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+// Undo Blosc's byte shuffle for a table of blocks; one thread per output byte.
+// Output byte o < n*ts (n whole elements) comes from (o % ts) * n + o / ts; the rest in place.
+extern "C" __global__ void cuzarr_byte_unshuffle(
+        const u8* src, u8* dst, const i64* table, const i64* starts, i64 nblocks, i64 total) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (i64)blockDim.x * gridDim.x) {
+        i64 b = cuzarr_find_block(starts, nblocks, i);
+        const i64* row = table + 4 * b;
+        i64 o = i - starts[b];
+        i64 nbytes = row[2], ts = row[3];
+        i64 n = nbytes / ts;
+        i64 s = (o < n * ts) ? (o % ts) * n + o / ts : o;
+        dst[row[1] + o] = src[row[0] + s];
+    }
+}
+
+// Undo Blosc 1's bit shuffle; one thread per output byte. n8 = n when n % 8 == 0, else 0
+// (c-blosc 1.x leaves such blocks unshuffled). Output byte o = e*ts + b gathers bit k from
+// source byte (8*b + k) * (n8/8) + e/8, at bit position e % 8.
+extern "C" __global__ void cuzarr_bit_unshuffle(
+        const u8* src, u8* dst, const i64* table, const i64* starts, i64 nblocks, i64 total) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (i64)blockDim.x * gridDim.x) {
+        i64 b = cuzarr_find_block(starts, nblocks, i);
+        const i64* row = table + 4 * b;
+        i64 o = i - starts[b];
+        i64 nbytes = row[2], ts = row[3];
+        i64 n = nbytes / ts;
+        i64 n8 = (n % 8 == 0) ? n : 0;
+        const u8* s = src + row[0];
+        if (o < n8 * ts) {
+            i64 e = o / ts, byte = o % ts, row_bytes = n8 / 8;
+            unsigned int v = 0;
+            for (int k = 0; k < 8; ++k) {
+                v |= ((s[(8 * byte + k) * row_bytes + e / 8] >> (e % 8)) & 1u) << k;
+            }
+            dst[row[1] + o] = (u8)v;
+        } else {
+            dst[row[1] + o] = s[o];
+        }
+    }
+}
+
+// Reverse the bytes of each itemsize-byte element: out[o] = in[(o/s)*s + (s-1-o%s)].
+extern "C" __global__ void cuzarr_byteswap(const u8* src, u8* dst, i64 nbytes, i64 itemsize) {
+    for (i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x; o < nbytes;
+         o += (i64)blockDim.x * gridDim.x) {
+        dst[o] = src[(o / itemsize) * itemsize + (itemsize - 1 - o % itemsize)];
+    }
+}
+
+// Copy boxes (one table row each) from decoded chunks to the output, one thread per element.
+// Row layout (int64): src_base, dst_base, n, shape[8], src_strides[8], dst_strides[8];
+// starts: exclusive prefix sum of n. Element i of a box is unravelled over shape (last axis
+// fastest) and dotted with each side's element strides; bytes are copied itemsize at a time.
+extern "C" __global__ void cuzarr_scatter(
+        const u8* src, u8* dst, const i64* table, const i64* starts, i64 nrows, i64 total,
+        i64 itemsize) {
+    for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (i64)blockDim.x * gridDim.x) {
+        i64 r = cuzarr_find_block(starts, nrows, t);
+        const i64* row = table + 27 * r;
+        i64 rem = t - starts[r];
+        i64 s = row[0], d = row[1];
+        for (int ax = 7; ax >= 0; --ax) {
+            i64 extent = row[3 + ax];
+            i64 c = rem % extent;
+            rem /= extent;
+            s += c * row[11 + ax];
+            d += c * row[19 + ax];
+        }
+        for (i64 k = 0; k < itemsize; ++k) {
+            dst[d * itemsize + k] = src[s * itemsize + k];
+        }
+    }
+}
+"""
