@@ -274,7 +274,11 @@ def decode_chunks(chain: GpuChain, raws: Sequence[Buf], nbytes: int) -> list[Any
             raise type(exc)(f"chunk #{i}: {exc}") from exc
         p.raw = data
         p.part = len(host_parts)
-        host_parts.append(data)
+        if p.stream is not None:
+            # Pack the raw stream itself, so that every nvCOMP input starts 8-byte aligned.
+            host_parts.append(memoryview(data)[p.stream.offset : p.stream.offset + p.stream.length])
+        else:
+            host_parts.append(data)
         preps.append(p)
     dev, offsets, _sizes = upload(host_parts)
     outs: list[Any] = [None] * len(preps)
@@ -285,7 +289,7 @@ def decode_chunks(chain: GpuChain, raws: Sequence[Buf], nbytes: int) -> list[Any
         inputs = []
         for p in preps:
             assert p.stream is not None
-            start = int(offsets[p.part]) + p.stream.offset
+            start = int(offsets[p.part])
             inputs.append(dev[start : start + p.stream.length])
         for lo in range(0, len(inputs), MAX_BATCH):
             decoded = decode_batch(algo, inputs[lo : lo + MAX_BATCH])

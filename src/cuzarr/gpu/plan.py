@@ -454,7 +454,8 @@ def bit_unshuffle_indices(nbytes: int, typesize: int) -> tuple[npt.NDArray[np.in
     (``n8`` = all whole elements when their count is a multiple of 8, else 0): row ``r``
     (bit ``r % 8`` of byte ``r // 8`` of every element) is stored as ``n8 / 8`` bytes,
     element ``e`` in bit ``e % 8`` of byte ``e // 8``. Output byte ``o = e*typesize + b``
-    gathers bit ``k`` from source byte ``(8*b + k) * (n8/8) + e // 8``. Bytes past ``n8*typesize`` are copied in place.
+    gathers bit ``k`` from source byte ``(8*b + k) * (n8/8) + e // 8``. Bytes past
+    ``n8*typesize`` are copied in place.
 
     Returns
     -------
