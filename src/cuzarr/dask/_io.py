@@ -133,10 +133,7 @@ def _use_gpu(device: str | Device) -> bool:
 
         require_gpu()
         return True
-    if dev is Device.AUTO:
-        from cuzarr.backends import gpu_status
-
-        return gpu_status() is None
+    # "auto" decodes on the CPU (cuzarr's device selection): blocks are NumPy arrays.
     return False
 
 
