@@ -250,11 +250,6 @@ class Array:
         write_empty_chunks: bool = False,
     ) -> None:
         codec = build_chunk_codec(spec)
-        if codec.nbytes > settings.max_chunk_nbytes:
-            raise UnsupportedError(
-                f"a chunk of '{spec.path}' decodes to {codec.nbytes} bytes, over the "
-                f"max_chunk_nbytes limit of {settings.max_chunk_nbytes}"
-            )
         self._handle = handle
         self._spec = spec
         self._settings = settings

@@ -32,7 +32,7 @@ from cuzarr.codecs.base import Buf
 from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
 from cuzarr.codecs.sharding import EMPTY, ShardingCodec
 from cuzarr.config import Settings
-from cuzarr.errors import CorruptChunkError, CuzarrError
+from cuzarr.errors import CorruptChunkError, CuzarrError, MetadataError
 from cuzarr.metadata.spec import ArraySpec
 from cuzarr.plan import ByteRange, ChunkRequest, coalesce
 from cuzarr.selection import is_full, iter_blocks, needed_blocks, rebase, selection_box
@@ -127,6 +127,13 @@ class ArrayEngine:
         *,
         cache_shard_indexes: bool = False,
     ) -> None:
+        if codec.nbytes > settings.max_chunk_nbytes:
+            # Refused before anything is allocated: metadata may come from anyone.
+            raise MetadataError(
+                f"Refusing array '{spec.path}': one chunk decodes to {codec.nbytes} bytes, over "
+                f"the max_chunk_nbytes limit of {settings.max_chunk_nbytes} (raise it with "
+                "cuzarr.configure(max_chunk_nbytes=...) if you trust this data)"
+            )
         self.spec = spec
         self.codec = codec
         self.settings = settings

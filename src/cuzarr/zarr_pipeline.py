@@ -59,11 +59,6 @@ def engine_for_metadata(metadata: Any, settings: Settings) -> ArrayEngine:
     order = getattr(codecs[0], "subchunk_write_order", None) if len(codecs) == 1 else None
     if order in _WRITE_ORDERS and isinstance(codec, ChunkCodec) and codec.sharding is not None:
         codec = replace(codec, array_bytes=replace(codec.sharding, write_order=order))
-    if codec.nbytes > settings.max_chunk_nbytes:
-        raise UnsupportedError(
-            f"a chunk decodes to {codec.nbytes} bytes, over the max_chunk_nbytes limit of "
-            f"{settings.max_chunk_nbytes}"
-        )
     return ArrayEngine(spec, codec, settings)
 
 
