@@ -1,7 +1,7 @@
 """cuzarr: a fast engine for Zarr arrays, and a drop-in codec pipeline for zarr-python.
 
 >>> import cuzarr, zarr
->>> cuzarr.configure()          # every zarr read and write now runs on cuzarr's engine  # doctest: +SKIP
+>>> cuzarr.configure()  # zarr reads and writes now run on cuzarr's engine  # doctest: +SKIP
 
 ``import cuzarr`` imports no GPU package; the GPU backend loads on first use.
 """

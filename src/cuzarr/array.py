@@ -28,7 +28,6 @@ from cuzarr.backends.probe import resolve_device
 from cuzarr.codecs.chain import build_chunk_codec
 from cuzarr.config import Device, Settings
 from cuzarr.engine import ArrayEngine
-from cuzarr.errors import UnsupportedError
 from cuzarr.indexing import BasicPlan, GridIndexer
 from cuzarr.metadata.spec import ArraySpec
 

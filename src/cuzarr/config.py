@@ -96,7 +96,9 @@ class Settings:
             raise ValueError(
                 f"Environment variable CUZARR_DEVICE: expected auto, cpu or gpu, got {device!r}"
             ) from exc
-        return cls(device=dev, strict=_env_bool("CUZARR_STRICT"), threads=_env_int("CUZARR_THREADS"))
+        return cls(
+            device=dev, strict=_env_bool("CUZARR_STRICT"), threads=_env_int("CUZARR_THREADS")
+        )
 
     @property
     def n_threads(self) -> int:
@@ -130,7 +132,7 @@ def _set_settings(settings: Settings | None) -> None:
         _current = settings
 
 
-class configure:  # noqa: N801 - used like a function
+class configure:
     """Route every zarr-python read and write through cuzarr.
 
     Sets zarr's ``codec_pipeline.path`` to ``cuzarr.Pipeline`` and updates cuzarr's settings.

@@ -213,7 +213,11 @@ class ArrayEngine:
         return parallel_map(one, requests, io_threads(store, self.settings))
 
     def _read_chunk(
-        self, store: ChunkStore, req: ChunkRequest, out: npt.NDArray[Any], drop_axes: tuple[int, ...]
+        self,
+        store: ChunkStore,
+        req: ChunkRequest,
+        out: npt.NDArray[Any],
+        drop_axes: tuple[int, ...],
     ) -> bool:
         codec = self.codec
         dest = None
@@ -347,7 +351,9 @@ class ArrayEngine:
         lo = tuple(int(d[0]) * c for d, c in zip(per_dim, sh.chunk_shape, strict=True))
         hi = tuple((int(d[-1]) + 1) * c for d, c in zip(per_dim, sh.chunk_shape, strict=True))
         result.origin = lo
-        result.dest = np.empty(tuple(h - l for l, h in zip(lo, hi, strict=True)), self.codec.dtype)
+        result.dest = np.empty(
+            tuple(hi_ - lo_ for lo_, hi_ in zip(lo, hi, strict=True)), self.codec.dtype
+        )
         return result
 
     def _fetch_shard_index(
@@ -412,7 +418,9 @@ class ArrayEngine:
             return
         self._decode_into(sh.inner, f"{r.request.key}[inner chunk {block}]", src, dest)
 
-    def _scatter_shard(self, r: _ShardRead, out: npt.NDArray[Any], drop_axes: tuple[int, ...]) -> bool:
+    def _scatter_shard(
+        self, r: _ShardRead, out: npt.NDArray[Any], drop_axes: tuple[int, ...]
+    ) -> bool:
         req = r.request
         if not r.present:
             out[req.out_selection] = self.fill
@@ -540,8 +548,8 @@ class ArrayEngine:
         if not blocks:
             return
         cps = sh.chunks_per_shard
-        whole = req.complete or len(blocks) == sh.n_inner and is_full(
-            req.chunk_selection, shard_shape
+        whole = req.complete or (
+            len(blocks) == sh.n_inner and is_full(req.chunk_selection, shard_shape)
         )
         old: dict[int, Buf] = {}
         if not whole:
@@ -562,10 +570,11 @@ class ArrayEngine:
         lo = tuple(int(d[0]) * c for d, c in zip(per_dim, inner_shape, strict=True))
         hi = tuple((int(d[-1]) + 1) * c for d, c in zip(per_dim, inner_shape, strict=True))
         box = selection_box(req.chunk_selection, shard_shape)
-        buf = np.empty(tuple(h - l for l, h in zip(lo, hi, strict=True)), self.codec.dtype)
+        buf = np.empty(tuple(hi_ - lo_ for lo_, hi_ in zip(lo, hi, strict=True)), self.codec.dtype)
         for b in blocks:
             region = tuple(
-                slice(x * c - o, (x + 1) * c - o) for x, c, o in zip(b, inner_shape, lo, strict=True)
+                slice(x * c - o, (x + 1) * c - o)
+                for x, c, o in zip(b, inner_shape, lo, strict=True)
             )
             covered = box is not None and all(
                 s <= x * c and (x + 1) * c <= e
@@ -586,13 +595,16 @@ class ArrayEngine:
         else:
             part = value[req.out_selection]
             if drop_axes:
-                item = tuple(None if i in drop_axes else slice(None) for i in range(len(shard_shape)))
+                item = tuple(
+                    None if i in drop_axes else slice(None) for i in range(len(shard_shape))
+                )
                 part = part[item]
             buf[sel] = part
         new = dict(old)
         for b in blocks:
             region = tuple(
-                slice(x * c - o, (x + 1) * c - o) for x, c, o in zip(b, inner_shape, lo, strict=True)
+                slice(x * c - o, (x + 1) * c - o)
+                for x, c, o in zip(b, inner_shape, lo, strict=True)
             )
             i = int(np.ravel_multi_index(b, cps))
             chunk = buf[region]

@@ -46,9 +46,7 @@ def needed_blocks(
     selection: Sequence[Selector], block_shape: Sequence[int], shape: Sequence[int]
 ) -> list[npt.NDArray[np.intp]]:
     """Per dimension, the block indices a selection touches (their product covers it)."""
-    return [
-        dim_blocks(e, b, n) for e, b, n in zip(selection, block_shape, shape, strict=True)
-    ]
+    return [dim_blocks(e, b, n) for e, b, n in zip(selection, block_shape, shape, strict=True)]
 
 
 def iter_blocks(per_dim: Sequence[npt.NDArray[np.intp]]) -> Iterator[tuple[int, ...]]:
@@ -56,7 +54,9 @@ def iter_blocks(per_dim: Sequence[npt.NDArray[np.intp]]) -> Iterator[tuple[int, 
     return itertools.product(*(map(int, d) for d in per_dim))
 
 
-def rebase(selection: Sequence[Selector], origin: Sequence[int], size: Sequence[int]) -> tuple[Selector, ...]:
+def rebase(
+    selection: Sequence[Selector], origin: Sequence[int], size: Sequence[int]
+) -> tuple[Selector, ...]:
     """Shift a selection so it indexes a box starting at ``origin`` of extent ``size``."""
     out: list[Selector] = []
     for entry, o, n in zip(selection, origin, size, strict=True):
@@ -100,8 +100,10 @@ def is_full(selection: Sequence[Selector], shape: Sequence[int]) -> bool:
         if type(entry) is not slice:
             return False
         start, stop, step = entry.start, entry.stop, entry.step
-        if (start is None or start == 0) and (step is None or step == 1) and (
-            stop is None or (stop >= n and stop >= 0)
+        if (
+            (start is None or start == 0)
+            and (step is None or step == 1)
+            and (stop is None or (stop >= n and stop >= 0))
         ):
             continue
         if entry.indices(n) != (0, n, 1):

@@ -11,8 +11,8 @@ zarr's own ``BatchedCodecPipeline``: logged once per reason and counted, or rais
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self
 
 from zarr.abc.codec import CodecPipeline

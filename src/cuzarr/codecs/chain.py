@@ -37,8 +37,21 @@ UNSAFE_CODECS = frozenset({"pickle"})
 OBJECT_CODECS = frozenset({"vlen-utf8", "vlen-bytes", "vlen-array", "pickle", "json2", "msgpack2"})
 
 _NUMCODECS_BYTES = frozenset(
-    {"blosc", "lz4", "zstd", "zlib", "gzip", "bz2", "lzma", "shuffle", "crc32", "crc32c",
-     "adler32", "fletcher32", "jenkins_lookup3"}
+    {
+        "blosc",
+        "lz4",
+        "zstd",
+        "zlib",
+        "gzip",
+        "bz2",
+        "lzma",
+        "shuffle",
+        "crc32",
+        "crc32c",
+        "adler32",
+        "fletcher32",
+        "jenkins_lookup3",
+    }
 )
 _NUMCODECS_ARRAY = frozenset({"delta", "bitround", "fixedscaleoffset", "quantize", "astype"})
 
@@ -97,9 +110,7 @@ class ChunkCodec:
     def direct(self) -> bool:
         """Whether stored bytes, once decompressed, are the chunk's C-order memory."""
         ab = self.array_bytes
-        return (
-            not self.array_codecs and isinstance(ab, BytesCodec) and ab.is_native(self.dtype)
-        )
+        return not self.array_codecs and isinstance(ab, BytesCodec) and ab.is_native(self.dtype)
 
     @property
     def raw(self) -> bool:
@@ -172,7 +183,11 @@ class ChunkCodec:
     @property
     def sharding(self) -> ShardingCodec | None:
         """The sharding codec when this chain is a plain sharded layout, else ``None``."""
-        if isinstance(self.array_bytes, ShardingCodec) and not self.array_codecs and not self.bytes_codecs:
+        if (
+            isinstance(self.array_bytes, ShardingCodec)
+            and not self.array_codecs
+            and not self.bytes_codecs
+        ):
             return self.array_bytes
         return None
 
@@ -219,9 +234,7 @@ class V2ChunkCodec:
         if arr.dtype != self.dtype:
             arr = arr.reshape(-1, order="A").view(self.dtype)
         if arr.size != math.prod(self.shape):
-            raise CorruptChunkError(
-                f"decoded {arr.nbytes} bytes, expected {self.nbytes}"
-            )
+            raise CorruptChunkError(f"decoded {arr.nbytes} bytes, expected {self.nbytes}")
         return arr.reshape(-1, order="A").reshape(self.shape, order=self.order)  # type: ignore[call-overload,no-any-return]
 
     def decode_into(self, raw: Buf, out: npt.NDArray[Any]) -> None:
@@ -243,10 +256,7 @@ class V2ChunkCodec:
     def encode(self, arr: npt.NDArray[Any]) -> Buf:
         """Encode a chunk array to stored bytes."""
         chunk: Any = arr.astype(self.dtype, order=self.order, copy=False)  # type: ignore[call-overload]
-        if self.order == "F":
-            chunk = np.asfortranarray(chunk)
-        else:
-            chunk = np.ascontiguousarray(chunk)
+        chunk = np.asfortranarray(chunk) if self.order == "F" else np.ascontiguousarray(chunk)
         for f in self.filters:
             chunk = f.codec.encode(chunk)
         if self.compressor is not None:
@@ -329,8 +339,7 @@ def _numcodecs_instance(
     except (ValueError, TypeError) as exc:
         if isinstance(exc, ValueError) and "codec not available" in str(exc):
             raise UnsupportedError(
-                f"Array '{spec.path}': unknown codec '{codec_id}' ({where} in "
-                f"{_document(spec)})"
+                f"Array '{spec.path}': unknown codec '{codec_id}' ({where} in {_document(spec)})"
             ) from exc
         raise MetadataError(
             f"Failed to parse '{where}' in {_document(spec)} of '{spec.path}': invalid "
@@ -372,8 +381,13 @@ def _bytes_to_bytes(spec: ArraySpec, codec: CodecSpec, where: str) -> BytesToByt
         shuffle = r.choice("shuffle", tuple(shuffle_names), "bitshuffle")
         typesize = r.int_("typesize", 1, minimum=1)
         blocksize = r.int_("blocksize", 0, minimum=0)
-        cfg = {"cname": cname, "clevel": clevel, "shuffle": shuffle_names[shuffle],
-               "blocksize": blocksize, "typesize": typesize}
+        cfg = {
+            "cname": cname,
+            "clevel": clevel,
+            "shuffle": shuffle_names[shuffle],
+            "blocksize": blocksize,
+            "typesize": typesize,
+        }
         plain = JsonReader(cfg, r.document, r.path, r.prefix)
         return NumcodecsBytesCodec("blosc", _numcodecs_instance(spec, "blosc", cfg, where, plain))
     if name.startswith("numcodecs."):
@@ -509,7 +523,8 @@ def _build_sharding(
         raise r.fail("chunk_shape", f"{len(shard_shape)} dimensions", list(inner_shape))
     if any(s % c for s, c in zip(shard_shape, inner_shape, strict=True)):
         raise r.fail(
-            "chunk_shape", f"a shape that divides the shard shape {list(shard_shape)}",
+            "chunk_shape",
+            f"a shape that divides the shard shape {list(shard_shape)}",
             list(inner_shape),
         )
     cps = tuple(s // c for s, c in zip(shard_shape, inner_shape, strict=True))
@@ -529,7 +544,11 @@ def _build_sharding(
         spec, inner_specs, inner_shape, dtype, f"{where}.configuration.codecs", allow_sharding=False
     )
     index = _build_v3_chain(
-        spec, index_specs, (*cps, 2), np.dtype(np.uint64), f"{where}.configuration.index_codecs",
+        spec,
+        index_specs,
+        (*cps, 2),
+        np.dtype(np.uint64),
+        f"{where}.configuration.index_codecs",
         allow_sharding=False,
     )
     if index.encoded_size() is None:

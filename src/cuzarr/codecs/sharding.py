@@ -156,10 +156,7 @@ class ShardingCodec:
         present = ~empty
         if present.any():
             off, ln = offsets[present], lengths[present]
-            if shard_nbytes is None:
-                limit = np.uint64(2**63)
-            else:
-                limit = np.uint64(shard_nbytes)
+            limit = np.uint64(2**63) if shard_nbytes is None else np.uint64(shard_nbytes)
             bad = (off >= limit) | (ln > limit) | (off + ln > limit) | (off + ln < off)
             if self.index_location == "start":
                 bad |= off < np.uint64(self.index_nbytes)
@@ -250,7 +247,9 @@ class ShardingCodec:
 
     def encode(self, arr: npt.NDArray[Any]) -> Buf:
         """Encode a whole shard, storing every inner chunk (``write_empty_chunks=True``)."""
-        encoded = {i: self.inner.encode(arr[self._region(c)]) for i, c in enumerate(self.inner_coords())}
+        encoded = {
+            i: self.inner.encode(arr[self._region(c)]) for i, c in enumerate(self.inner_coords())
+        }
         out = self.assemble(encoded)
         assert out is not None
         return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from pathlib import Path
@@ -167,17 +168,13 @@ class LocalChunkStore:
                 os.close(fd)
             os.replace(tmp, path)
         except OSError as exc:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
             # Every failure (permissions, full disk, a file where a folder should be) names the
             # key and the store; no temporary file is left behind.
             raise StoreError(f"Failed to write chunk '{key}' in {self.name}: {exc}") from exc
 
     def delete(self, key: str) -> None:
         """Remove a file if it exists."""
-        try:
+        with contextlib.suppress(*_MISSING):
             os.remove(self._path(key))
-        except _MISSING:
-            pass
