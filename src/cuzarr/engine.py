@@ -18,8 +18,9 @@ has one, so that the store can make the following put conditional.
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +39,7 @@ from cuzarr.plan import ByteRange, ChunkRequest, coalesce
 from cuzarr.selection import is_full, iter_blocks, needed_blocks, rebase, selection_box
 from cuzarr.shard_cache import ShardIndexCache
 from cuzarr.stores import io_threads, is_remote
-from cuzarr.stores.base import ChunkStore, Scratch
+from cuzarr.stores.base import ChunkStore, ObjectReader, Scratch
 
 __all__ = ["ArrayEngine"]
 
@@ -139,6 +140,9 @@ class ArrayEngine:
         self.settings = settings
         self.fill = compat.fill_for_missing(spec.fill_value, spec.data_type)
         self.sharding: ShardingCodec | None = codec.sharding
+        # Indexes of shards on stores with versioned objects (local files, memory): always
+        # cached, used only for the same version of the shard.
+        self._version_cache = ShardIndexCache()
         self.index_cache: ShardIndexCache | None = (
             ShardIndexCache() if cache_shard_indexes and self.sharding is not None else None
         )
@@ -312,6 +316,14 @@ class ArrayEngine:
                     for i in flat
                     if table[i, 0] != EMPTY
                 }
+            elif (opener := getattr(store, "open_object", None)) is not None:
+                reader = opener(req.key)
+                if reader is None:
+                    return result
+                try:
+                    table, sources = self._read_shard_version(sh, req.key, reader, flat)
+                finally:
+                    reader.close()
             else:
                 cache = self.index_cache if is_remote(store) else None
                 cached = None if cache is None else cache.get(req.key)
@@ -320,7 +332,9 @@ class ArrayEngine:
                     return result
                 table, size = fetched
                 try:
-                    sources = self._fetch_inner_ranges(store, req.key, table, flat, size)
+                    sources = self._fetch_inner_ranges(
+                        functools.partial(store.get_ranges, req.key), req.key, table, flat, size
+                    )
                 except CorruptChunkError:
                     if cached is None or cache is None:
                         raise
@@ -330,7 +344,9 @@ class ArrayEngine:
                     if fetched is None:
                         return result
                     table, size = fetched
-                    sources = self._fetch_inner_ranges(store, req.key, table, flat, size)
+                    sources = self._fetch_inner_ranges(
+                        functools.partial(store.get_ranges, req.key), req.key, table, flat, size
+                    )
                 if cache is not None and cached is None:
                     cache.put(req.key, table, size)
         except CorruptChunkError as exc:
@@ -356,6 +372,24 @@ class ArrayEngine:
         )
         return result
 
+    def _read_shard_version(
+        self, sh: ShardingCodec, key: str, reader: ObjectReader, flat: list[int]
+    ) -> tuple[npt.NDArray[np.uint64], dict[int, Buf]]:
+        """Index (cached per object version) and needed inner chunks of one open shard."""
+        cached = self._version_cache.get(key, reader.token)
+        if cached is not None:
+            table = cached[0]
+        else:
+            n = sh.index_nbytes
+            if reader.size < n:
+                raise CorruptChunkError(
+                    f"shard is {reader.size} bytes, shorter than its {n}-byte index"
+                )
+            start = 0 if sh.index_location == "start" else reader.size - n
+            table = sh.decode_index(reader.read([(start, n)])[0], shard_nbytes=reader.size)
+            self._version_cache.put(key, table, reader.size, reader.token)
+        return table, self._fetch_inner_ranges(reader.read, key, table, flat, reader.size)
+
     def _fetch_shard_index(
         self, store: ChunkStore, sh: ShardingCodec, key: str
     ) -> tuple[npt.NDArray[np.uint64], int | None] | None:
@@ -375,7 +409,7 @@ class ArrayEngine:
 
     def _fetch_inner_ranges(
         self,
-        store: ChunkStore,
+        fetch: Callable[[list[tuple[int, int]]], list[Buf] | None],
         key: str,
         table: npt.NDArray[np.uint64],
         flat: list[int],
@@ -389,7 +423,8 @@ class ArrayEngine:
         reads = coalesce(
             ranges, max_gap=self.settings.max_gap, max_size=self.settings.max_coalesced
         )
-        data = store.get_ranges(key, [(r.start, r.length) for r in reads])
+        spans = [(r.start, r.length) for r in reads]
+        data = fetch(spans)
         if data is None:
             raise CorruptChunkError("shard disappeared between reading its index and its chunks")
         sources: dict[int, Buf] = {}

@@ -1,9 +1,11 @@
 """A small LRU cache of decoded shard indexes, shared by the reads of one ``cuzarr.Array``.
 
 On an object store a partial read of a shard costs two round trips: the index, then the inner
-chunks. Caching the index turns every later partial read of the same shard into one. The cache
-trusts that nobody else rewrites the shard: the array's own writes invalidate what they touch,
-and a reader that must see another writer's changes re-opens the array.
+chunks. Caching the index turns every later partial read of the same shard into one. For object
+stores the cache trusts that nobody else rewrites the shard: the array's own writes invalidate
+what they touch, and a reader that must see another writer's changes re-opens the array.
+Entries may carry a version token (local files: inode, size and mtime); such an entry is only
+used for the same version, so local and memory stores cache safely, whoever writes.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ class ShardIndexCache:
 
     def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[str, tuple[npt.NDArray[np.uint64], int | None]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[npt.NDArray[np.uint64], int | None, object]] = (
+            OrderedDict()
+        )
         self._nbytes = 0
         self._lock = threading.Lock()
         #: Lookups answered from the cache, and the ones that were not.
@@ -38,19 +42,23 @@ class ShardIndexCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: str) -> tuple[npt.NDArray[np.uint64], int | None] | None:
-        """The cached ``(table, size)`` of shard ``key``, or ``None``."""
+    def get(
+        self, key: str, token: object = None
+    ) -> tuple[npt.NDArray[np.uint64], int | None] | None:
+        """The cached ``(table, size)`` of shard ``key`` and version ``token``, or ``None``."""
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None:
+            if entry is None or entry[2] != token:
                 self.misses += 1
                 return None
             self._entries.move_to_end(key)
             self.hits += 1
-            return entry
+            return entry[0], entry[1]
 
-    def put(self, key: str, table: npt.NDArray[np.uint64], size: int | None) -> None:
-        """Remember the index of shard ``key`` (a table larger than the bound is not kept)."""
+    def put(
+        self, key: str, table: npt.NDArray[np.uint64], size: int | None, token: object = None
+    ) -> None:
+        """Remember the index of shard ``key`` at version ``token`` (too large: not kept)."""
         if table.nbytes > self.max_bytes:
             return
         table.flags.writeable = False
@@ -58,10 +66,10 @@ class ShardIndexCache:
             old = self._entries.pop(key, None)
             if old is not None:
                 self._nbytes -= old[0].nbytes
-            self._entries[key] = (table, size)
+            self._entries[key] = (table, size, token)
             self._nbytes += table.nbytes
             while self._nbytes > self.max_bytes:
-                _, (dropped, _size) = self._entries.popitem(last=False)
+                _, (dropped, _size, _token) = self._entries.popitem(last=False)
                 self._nbytes -= dropped.nbytes
 
     def discard(self, key: str) -> None:

@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf
 
-__all__ = ["ChunkStore", "Scratch"]
+__all__ = ["ChunkStore", "ObjectReader", "Scratch"]
 
 
 class Scratch:
@@ -33,6 +33,29 @@ class Scratch:
             buf = np.empty(max(nbytes, 1 << 16, 0 if buf is None else buf.nbytes * 2), np.uint8)
             self._local.buf = buf
         return buf[:nbytes]
+
+
+class ObjectReader(Protocol):
+    """One open version of one object: ranged reads that all see the same bytes.
+
+    Stores that can offer this cheaply (local files through one file descriptor, memory)
+    implement ``ChunkStore.open_object(key) -> ObjectReader | None``; the engine then reads a
+    shard's index and inner chunks from the same version, and caches decoded indexes keyed by
+    :attr:`token`, which changes whenever the object is replaced.
+    """
+
+    #: Identifies this version of the object (equal tokens: same bytes).
+    token: object
+    #: Size of the object in bytes.
+    size: int
+
+    def read(self, ranges: list[tuple[int, int]]) -> list[Buf]:
+        """Return ``[start, start+length)`` byte ranges (short at the end of the object)."""
+        ...
+
+    def close(self) -> None:
+        """Release the object."""
+        ...
 
 
 @runtime_checkable

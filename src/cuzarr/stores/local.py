@@ -62,6 +62,31 @@ def _pread_exact(fd: int, out: memoryview, offset: int) -> int:
     return pos
 
 
+class _FileReader:
+    """An open local file: ranges read through one descriptor see one version of the file."""
+
+    __slots__ = ("_fd", "size", "token")
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        st = os.fstat(fd)
+        self.size = st.st_size
+        # Writes replace files by rename, so a new version is a new inode.
+        self.token: object = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def read(self, ranges: list[tuple[int, int]]) -> list[Buf]:
+        out: list[Buf] = []
+        for start, length in ranges:
+            n = max(0, min(length, self.size - start))
+            buf = np.empty(n, np.uint8)
+            got = _pread_exact(self._fd, memoryview(buf), start)
+            out.append(buf[:got])
+        return out
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
 class LocalChunkStore:
     """Chunks as files below ``root``.
 
@@ -108,6 +133,18 @@ class LocalChunkStore:
             return size
         finally:
             os.close(fd)
+
+    def open_object(self, key: str) -> _FileReader | None:
+        """Open a file for ranged reads of one version (``None`` if missing)."""
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except _MISSING:
+            return None
+        try:
+            return _FileReader(fd)
+        except BaseException:
+            os.close(fd)
+            raise
 
     def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
         """Read byte ranges with positional reads on one open file."""

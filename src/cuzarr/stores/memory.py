@@ -14,6 +14,25 @@ from cuzarr.stores.base import Scratch
 __all__ = ["MemoryChunkStore"]
 
 
+class _ValueReader:
+    """One stored value: ranges are views of it."""
+
+    __slots__ = ("_data", "size", "token")
+
+    def __init__(self, value: Any, data: npt.NDArray[np.uint8]) -> None:
+        # The token holds the stored object itself: it stays alive (no id reuse) and any set
+        # stores a new object.
+        self.token: object = value
+        self._data = data
+        self.size = len(data)
+
+    def read(self, ranges: list[tuple[int, int]]) -> list[Buf]:
+        return [self._data[start : start + length] for start, length in ranges]
+
+    def close(self) -> None:
+        pass
+
+
 class MemoryChunkStore:
     """Chunks held in a ``MemoryStore``'s dict of zarr ``Buffer`` objects.
 
@@ -46,6 +65,13 @@ class MemoryChunkStore:
         if len(data) == out.nbytes:
             out[...] = data
         return len(data)
+
+    def open_object(self, key: str) -> _ValueReader | None:
+        """The stored value of ``key`` for ranged reads (``None`` if missing)."""
+        value = self._dict.get(key)
+        if value is None:
+            return None
+        return _ValueReader(value, np.asarray(value.as_numpy_array()).view(np.uint8).reshape(-1))
 
     def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
         """Return views of byte ranges."""
