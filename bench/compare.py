@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import zstandard
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "bench" / "results"
@@ -652,12 +653,13 @@ def measure_floor(
 ) -> dict[str, Any]:
     """Decode (read_all) or encode (write_all) every chunk held in memory: the codec floor.
 
-    Decoding writes each chunk into a per-thread scratch buffer (``codec.decode(buf, out=)``);
+    Decoding writes each chunk into a per-thread scratch buffer with the decoder library cuzarr
+    uses (python-zstandard for zstd, numcodecs otherwise);
     encoding starts from contiguous chunk arrays prepared beforehand. Uncompressed: a copy.
     Verified in a separate, untimed pass.
     """
     cell = _cell(FLOOR, threads, ds, workload)
-    cell["pipeline"] = "numcodecs"
+    cell["pipeline"] = "zstandard" if ds.codec == "zstd" else "numcodecs"
     expected = np.load(data_dir / f"{ds.source}.npy", mmap_mode="r")
     codec = _numcodec(ds)
     chunk_nbytes = math.prod(ds.chunks) * np.dtype(ds.dtype).itemsize
@@ -669,8 +671,18 @@ def measure_floor(
         if workload == "read_all":
             stored = _stored_chunks(ds, data_dir / f"{ds.key}.zarr")
 
+            # The same decoder library cuzarr uses: python-zstandard (a reused context per
+            # thread) for zstd, numcodecs for the others.
+            zstd = codec is not None and codec.codec_id == "zstd"
+
             def decode_part(part: Sequence[memoryview]) -> None:
                 scratch = np.empty(chunk_nbytes, np.uint8)
+                if zstd:
+                    dctx = zstandard.ZstdDecompressor()
+                    for buf in part:
+                        with dctx.stream_reader(buf) as reader:
+                            reader.readinto(scratch)
+                    return
                 for buf in part:
                     if codec is None:
                         scratch[:] = np.frombuffer(buf, np.uint8)

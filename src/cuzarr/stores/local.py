@@ -18,6 +18,7 @@ __all__ = ["TEMP_SUFFIX", "LocalChunkStore", "check_key"]
 
 #: Suffix of in-progress writes; never a valid chunk key, ignored by ``cuzarr verify``.
 TEMP_SUFFIX = ".partial"
+_BAD_SEGMENTS = frozenset(("", ".", ".."))
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 
 
@@ -33,13 +34,12 @@ def check_key(key: str, store: str = "the store") -> str:
     StoreError
         Naming the key and the store.
     """
-    parts = key.split("/")
     if (
         not key
-        or key.startswith("/")
+        or key[0] == "/"
         or "\\" in key
         or "\0" in key
-        or any(p in ("", ".", "..") for p in parts)
+        or not _BAD_SEGMENTS.isdisjoint(key.split("/"))
         or key.endswith(TEMP_SUFFIX)
         or os.path.isabs(key)
     ):
