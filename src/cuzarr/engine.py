@@ -104,6 +104,20 @@ class _ShardRead:
     blocks: list[tuple[int, ...]] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class _ShardWrite:
+    """One shard being rewritten: where the new values of its touched inner chunks are."""
+
+    key: str
+    #: Array holding the new values of the touched inner chunks (the caller's value, or a
+    #: merge buffer over their bounding box).
+    src: npt.NDArray[Any]
+    #: (C-order inner chunk index, region of ``src``) of every touched inner chunk.
+    touched: list[tuple[int, tuple[slice, ...]]]
+    #: Encoded inner chunks of the new shard: kept ones, then replaced ones.
+    stored: dict[int, Buf]
+
+
 class ArrayEngine:
     """Reads and writes chunks of one array.
 
@@ -484,16 +498,9 @@ class ArrayEngine:
         """Merge ``value`` into the requested chunks and store them (or delete empty ones)."""
         store.check_writable()
         if self.sharding is not None:
-            sh = self.sharding
-
-            def shard(req: ChunkRequest) -> None:
-                try:
-                    self._write_shard(store, sh, req, value, drop_axes, write_empty_chunks)
-                finally:
-                    if self.index_cache is not None:
-                        self.index_cache.discard(req.key)
-
-            parallel_map(shard, requests, io_threads(store, self.settings))
+            self._write_sharded(
+                store, self.sharding, requests, value, drop_axes, write_empty_chunks
+            )
             return
 
         def one(req: ChunkRequest) -> None:
@@ -567,25 +574,117 @@ class ArrayEngine:
         else:
             store.set(req.key, self._encode(codec, req.key, chunk))
 
-    def _write_shard(
+    def _write_sharded(
+        self,
+        store: ChunkStore,
+        sh: ShardingCodec,
+        requests: Sequence[ChunkRequest],
+        value: npt.NDArray[Any],
+        drop_axes: tuple[int, ...],
+        write_empty_chunks: bool,
+    ) -> None:
+        """Rewrite each touched shard once, in waves bounded by ``max_bytes_in_flight``.
+
+        Phase one (parallel over shards) reads what must be kept and merges the value; phase
+        two (parallel over every touched inner chunk of the wave) encodes; phase three
+        (parallel over shards) assembles and stores each shard once.
+        """
+        n = io_threads(store, self.settings)
+        if getattr(store, "get_for_update", None) is not None:
+            # Conditional puts: the store ties the put to the version read on the same thread,
+            # so each shard is read, re-encoded and written by one task.
+            def one_shard(req: ChunkRequest) -> None:
+                try:
+                    w = self._plan_shard_write(store, sh, req, value, drop_axes)
+                    if w is not None:
+                        for i, region in w.touched:
+                            chunk = w.src[region]
+                            if self._is_empty(chunk, write_empty_chunks):
+                                w.stored.pop(i, None)
+                            else:
+                                w.stored[i] = self._encode(sh.inner, w.key, chunk)
+                        self._put_shard(store, sh, w)
+                finally:
+                    if self.index_cache is not None:
+                        self.index_cache.discard(req.key)
+
+            parallel_map(one_shard, requests, n)
+            return
+        per_wave = max(1, self.settings.max_bytes_in_flight // max(1, self.codec.nbytes))
+        for w0 in range(0, len(requests), per_wave):
+            wave = requests[w0 : w0 + per_wave]
+            try:
+
+                def plan(req: ChunkRequest) -> _ShardWrite | None:
+                    return self._plan_shard_write(store, sh, req, value, drop_axes)
+
+                plans = [p for p in parallel_map(plan, wave, n) if p is not None]
+                tasks = [(w, i, region) for w in plans for i, region in w.touched]
+
+                def encode(task: tuple[_ShardWrite, int, tuple[slice, ...]]) -> Buf | None:
+                    w, _, region = task
+                    chunk = w.src[region]
+                    if self._is_empty(chunk, write_empty_chunks):
+                        return None
+                    return self._encode(sh.inner, w.key, chunk)
+
+                for (w, i, _), enc in zip(tasks, parallel_map(encode, tasks, n), strict=True):
+                    if enc is None:
+                        w.stored.pop(i, None)
+                    else:
+                        w.stored[i] = enc
+
+                def put(w: _ShardWrite) -> None:
+                    self._put_shard(store, sh, w)
+
+                parallel_map(put, plans, n)
+            finally:
+                if self.index_cache is not None:
+                    for req in wave:
+                        self.index_cache.discard(req.key)
+
+    @staticmethod
+    def _put_shard(store: ChunkStore, sh: ShardingCodec, w: _ShardWrite) -> None:
+        blob = sh.assemble(w.stored)
+        if blob is None:
+            store.delete(w.key)
+        else:
+            store.set(w.key, blob)
+
+    def _plan_shard_write(
         self,
         store: ChunkStore,
         sh: ShardingCodec,
         req: ChunkRequest,
         value: npt.NDArray[Any],
         drop_axes: tuple[int, ...],
-        write_empty_chunks: bool,
-    ) -> None:
+    ) -> _ShardWrite | None:
+        """Read the inner chunks a write keeps and gather the new values of those it touches."""
         shard_shape = self.codec.shape
         inner_shape = sh.chunk_shape
         per_dim = needed_blocks(req.chunk_selection, inner_shape, shard_shape)
         blocks = list(iter_blocks(per_dim))
         if not blocks:
-            return
+            return None
         cps = sh.chunks_per_shard
+        flat = [int(np.ravel_multi_index(b, cps)) for b in blocks]
         whole = req.complete or (
             len(blocks) == sh.n_inner and is_full(req.chunk_selection, shard_shape)
         )
+        if whole and value.ndim != 0 and not drop_axes:
+            # The whole shard comes from the value: encode straight from its views.
+            src = value[req.out_selection]
+            if src.shape == shard_shape:
+                touched = [
+                    (
+                        i,
+                        tuple(
+                            slice(x * c, (x + 1) * c) for x, c in zip(b, inner_shape, strict=True)
+                        ),
+                    )
+                    for i, b in zip(flat, blocks, strict=True)
+                ]
+                return _ShardWrite(key=req.key, src=src, touched=touched, stored={})
         old: dict[int, Buf] = {}
         if not whole:
             raw = self._get_for_update(store, req.key)
@@ -601,29 +700,29 @@ class ArrayEngine:
                     if table[i, 0] != EMPTY
                 }
         # Decode the touched inner chunks that the write does not fully cover into a buffer
-        # over the bounding box of the touched inner chunks, write the value, re-encode.
+        # over the bounding box of the touched inner chunks, then write the value into it.
         lo = tuple(int(d[0]) * c for d, c in zip(per_dim, inner_shape, strict=True))
         hi = tuple((int(d[-1]) + 1) * c for d, c in zip(per_dim, inner_shape, strict=True))
         box = selection_box(req.chunk_selection, shard_shape)
         buf = np.empty(tuple(hi_ - lo_ for lo_, hi_ in zip(lo, hi, strict=True)), self.codec.dtype)
-        for b in blocks:
+        touched = []
+        for i, b in zip(flat, blocks, strict=True):
             region = tuple(
                 slice(x * c - o, (x + 1) * c - o)
                 for x, c, o in zip(b, inner_shape, lo, strict=True)
             )
+            touched.append((i, region))
             covered = box is not None and all(
                 s <= x * c and (x + 1) * c <= e
                 for (s, e), x, c in zip(box, b, inner_shape, strict=True)
             )
             if covered:
                 continue
-            i = int(np.ravel_multi_index(b, cps))
-            src = old.get(i)
-            if src is None:
+            kept = old.get(i)
+            if kept is None:
                 buf[region] = self.fill
             else:
-                key = f"{req.key}[inner chunk {b}]"
-                buf[region] = self._decode(sh.inner, key, src)
+                buf[region] = self._decode(sh.inner, f"{req.key}[inner chunk {b}]", kept)
         sel = rebase(req.chunk_selection, lo, buf.shape)
         if value.ndim == 0:
             buf[sel] = value
@@ -635,20 +734,4 @@ class ArrayEngine:
                 )
                 part = part[item]
             buf[sel] = part
-        new = dict(old)
-        for b in blocks:
-            region = tuple(
-                slice(x * c - o, (x + 1) * c - o)
-                for x, c, o in zip(b, inner_shape, lo, strict=True)
-            )
-            i = int(np.ravel_multi_index(b, cps))
-            chunk = buf[region]
-            if self._is_empty(chunk, write_empty_chunks):
-                new.pop(i, None)
-            else:
-                new[i] = self._encode(sh.inner, req.key, chunk)
-        blob = sh.assemble(new)
-        if blob is None:
-            store.delete(req.key)
-        else:
-            store.set(req.key, blob)
+        return _ShardWrite(key=req.key, src=buf, touched=touched, stored=old)
