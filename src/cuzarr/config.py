@@ -82,7 +82,7 @@ class Settings:
     threads: int | None = None
     max_gap: int = 64 * 1024
     max_coalesced: int = 16 * 1024 * 1024
-    max_bytes_in_flight: int = 512 * 1024 * 1024
+    max_bytes_in_flight: int = 64 * 1024 * 1024
     max_chunk_nbytes: int = 2**31
     io_concurrency: int = 32
 

@@ -34,12 +34,13 @@ from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
 from cuzarr.codecs.sharding import EMPTY, ShardingCodec
 from cuzarr.config import Settings
 from cuzarr.errors import CorruptChunkError, CuzarrError, MetadataError
+from cuzarr.locks import object_locks
 from cuzarr.metadata.spec import ArraySpec
 from cuzarr.plan import ByteRange, ChunkRequest, coalesce
 from cuzarr.selection import is_full, iter_blocks, needed_blocks, rebase, selection_box
 from cuzarr.shard_cache import ShardIndexCache
 from cuzarr.stores import io_threads, is_remote
-from cuzarr.stores.base import ChunkStore, ObjectReader, Scratch
+from cuzarr.stores.base import BufferPool, ChunkStore, ObjectReader, Scratch
 
 __all__ = ["ArrayEngine"]
 
@@ -154,8 +155,8 @@ class ArrayEngine:
         self.settings = settings
         self.fill = compat.fill_for_missing(spec.fill_value, spec.data_type)
         self.sharding: ShardingCodec | None = codec.sharding
-        # Indexes of shards on stores with versioned objects (local files, memory): always
-        # cached, used only for the same version of the shard.
+        # Decoded indexes of shards read through ``open_object`` (local files, memory), keyed
+        # by the index bytes themselves: reused only for identical bytes.
         self._version_cache = ShardIndexCache()
         self.index_cache: ShardIndexCache | None = (
             ShardIndexCache() if cache_shard_indexes and self.sharding is not None else None
@@ -281,11 +282,12 @@ class ArrayEngine:
         shard_nbytes = max(1, self.codec.nbytes)
         per_wave = max(1, self.settings.max_bytes_in_flight // shard_nbytes)
         results: list[bool] = []
+        pool = BufferPool()
         for w in range(0, len(requests), per_wave):
             wave = requests[w : w + per_wave]
 
             def fetch(req: ChunkRequest) -> _ShardRead:
-                return self._fetch_shard(store, sh, req, out, drop_axes)
+                return self._fetch_shard(store, sh, req, out, drop_axes, pool)
 
             reads = parallel_map(fetch, wave, io_threads(store, self.settings))
             tasks: list[tuple[_ShardRead, tuple[int, ...]]] = [
@@ -301,6 +303,7 @@ class ArrayEngine:
                 return self._scatter_shard(r, out, drop_axes)
 
             results.extend(parallel_map(scatter, reads, self.settings.n_threads))
+            pool.release()
         return results
 
     def _fetch_shard(
@@ -310,6 +313,7 @@ class ArrayEngine:
         req: ChunkRequest,
         out: npt.NDArray[Any],
         drop_axes: tuple[int, ...],
+        pool: BufferPool | None = None,
     ) -> _ShardRead:
         shard_shape = self.codec.shape
         per_dim = needed_blocks(req.chunk_selection, sh.chunk_shape, shard_shape)
@@ -321,7 +325,7 @@ class ArrayEngine:
         flat = [int(np.ravel_multi_index(b, cps)) for b in blocks]
         try:
             if len(blocks) == sh.n_inner:
-                raw = store.get(req.key)
+                raw = store.get(req.key, pool)
                 if raw is None:
                     return result
                 u8, table = sh.split(raw)
@@ -389,19 +393,28 @@ class ArrayEngine:
     def _read_shard_version(
         self, sh: ShardingCodec, key: str, reader: ObjectReader, flat: list[int]
     ) -> tuple[npt.NDArray[np.uint64], dict[int, Buf]]:
-        """Index (cached per object version) and needed inner chunks of one open shard."""
-        cached = self._version_cache.get(key, reader.token)
+        """Index and needed inner chunks of one open shard.
+
+        The raw index is always read (one small read from the open object); its decoded and
+        validated table is reused when the bytes equal the last ones seen for this key. Equal
+        index bytes mean an equal table whatever happened to the file, so unlike a version
+        stamp (inode numbers and coarse mtimes repeat) this can never serve a stale index.
+        """
+        n = sh.index_nbytes
+        if reader.size < n:
+            raise CorruptChunkError(
+                f"shard is {reader.size} bytes, shorter than its {n}-byte index"
+            )
+        start = 0 if sh.index_location == "start" else reader.size - n
+        raw = bytes(reader.read([(start, n)])[0])
+        # The shard size bounds the offsets, so it is part of what must match.
+        token = (reader.size, raw)
+        cached = self._version_cache.get(key, token)
         if cached is not None:
             table = cached[0]
         else:
-            n = sh.index_nbytes
-            if reader.size < n:
-                raise CorruptChunkError(
-                    f"shard is {reader.size} bytes, shorter than its {n}-byte index"
-                )
-            start = 0 if sh.index_location == "start" else reader.size - n
-            table = sh.decode_index(reader.read([(start, n)])[0], shard_nbytes=reader.size)
-            self._version_cache.put(key, table, reader.size, reader.token)
+            table = sh.decode_index(raw, shard_nbytes=reader.size)
+            self._version_cache.put(key, table, reader.size, token)
         return table, self._fetch_inner_ranges(reader.read, key, table, flat, reader.size)
 
     def _fetch_shard_index(
@@ -541,7 +554,19 @@ class ArrayEngine:
         return chunk
 
     def _is_empty(self, chunk: npt.NDArray[Any], write_empty_chunks: bool) -> bool:
-        return not write_empty_chunks and compat.all_equal(chunk, self.fill)
+        """zarr's empty-chunk rule, with a cheap exit when the first element differs."""
+        if write_empty_chunks:
+            return False
+        if chunk.size:
+            try:
+                first = chunk[(0,) * chunk.ndim]
+                # A first element that is not NaN/NaT and differs from the fill value by value
+                # also differs bitwise: the chunk is not all fill under any of zarr's rules.
+                if first == first and bool(first != self.fill):
+                    return False
+            except (TypeError, ValueError):
+                pass
+        return compat.all_equal(chunk, self.fill)
 
     def _encode(self, codec: Codec, key: str, chunk: npt.NDArray[Any]) -> Buf:
         return codec.encode(chunk)
@@ -555,24 +580,32 @@ class ArrayEngine:
         write_empty_chunks: bool,
     ) -> None:
         codec = self.codec
-        chunk: npt.NDArray[Any] | None = None
         if req.complete and value.ndim != 0:
-            candidate = value[req.out_selection]
-            if candidate.shape == codec.shape:
-                chunk = candidate
-        if chunk is None:
+            chunk = value[req.out_selection]
+            if chunk.shape == codec.shape:
+                # Nothing to read: encode outside the lock, store under it.
+                data = None if self._is_empty(chunk, write_empty_chunks) else codec.encode(chunk)
+                with object_locks(store.name, (req.key,)):
+                    if data is None:
+                        store.delete(req.key)
+                    else:
+                        store.set(req.key, data)
+                return
+        # Read-modify-write under the chunk's lock: concurrent writers in this process
+        # serialize instead of losing each other's updates.
+        with object_locks(store.name, (req.key,)):
             existing = None
             if not req.complete:
                 raw = self._get_for_update(store, req.key, self._scratch)
                 if raw is not None:
                     existing = self._decode(codec, req.key, raw)
-            chunk = self._merge(
+            merged = self._merge(
                 existing, codec.shape, req.chunk_selection, value, req.out_selection, drop_axes
             )
-        if self._is_empty(chunk, write_empty_chunks):
-            store.delete(req.key)
-        else:
-            store.set(req.key, self._encode(codec, req.key, chunk))
+            if self._is_empty(merged, write_empty_chunks):
+                store.delete(req.key)
+            else:
+                store.set(req.key, self._encode(codec, req.key, merged))
 
     def _write_sharded(
         self,
@@ -595,49 +628,77 @@ class ArrayEngine:
             # so each shard is read, re-encoded and written by one task.
             def one_shard(req: ChunkRequest) -> None:
                 try:
-                    w = self._plan_shard_write(store, sh, req, value, drop_axes)
-                    if w is not None:
-                        for i, region in w.touched:
-                            chunk = w.src[region]
-                            if self._is_empty(chunk, write_empty_chunks):
-                                w.stored.pop(i, None)
-                            else:
-                                w.stored[i] = self._encode(sh.inner, w.key, chunk)
-                        self._put_shard(store, sh, w)
+                    with object_locks(store.name, (req.key,)):
+                        self._rewrite_shard(store, sh, req, value, drop_axes, write_empty_chunks)
                 finally:
                     if self.index_cache is not None:
                         self.index_cache.discard(req.key)
 
             parallel_map(one_shard, requests, n)
             return
+        self._write_shard_waves(store, sh, requests, value, drop_axes, write_empty_chunks)
+
+    def _rewrite_shard(
+        self,
+        store: ChunkStore,
+        sh: ShardingCodec,
+        req: ChunkRequest,
+        value: npt.NDArray[Any],
+        drop_axes: tuple[int, ...],
+        write_empty_chunks: bool,
+    ) -> None:
+        """Read, merge, re-encode and store one shard in the calling thread."""
+        w = self._plan_shard_write(store, sh, req, value, drop_axes)
+        if w is None:
+            return
+        for i, region in w.touched:
+            chunk = w.src[region]
+            if self._is_empty(chunk, write_empty_chunks):
+                w.stored.pop(i, None)
+            else:
+                w.stored[i] = self._encode(sh.inner, w.key, chunk)
+        self._put_shard(store, sh, w)
+
+    def _write_shard_waves(
+        self,
+        store: ChunkStore,
+        sh: ShardingCodec,
+        requests: Sequence[ChunkRequest],
+        value: npt.NDArray[Any],
+        drop_axes: tuple[int, ...],
+        write_empty_chunks: bool,
+    ) -> None:
+        """The three phases of :meth:`_write_sharded`, wave by wave, under the shards' locks."""
+        n = io_threads(store, self.settings)
         per_wave = max(1, self.settings.max_bytes_in_flight // max(1, self.codec.nbytes))
         for w0 in range(0, len(requests), per_wave):
             wave = requests[w0 : w0 + per_wave]
             try:
+                with object_locks(store.name, [r.key for r in wave]):
 
-                def plan(req: ChunkRequest) -> _ShardWrite | None:
-                    return self._plan_shard_write(store, sh, req, value, drop_axes)
+                    def plan(req: ChunkRequest) -> _ShardWrite | None:
+                        return self._plan_shard_write(store, sh, req, value, drop_axes)
 
-                plans = [p for p in parallel_map(plan, wave, n) if p is not None]
-                tasks = [(w, i, region) for w in plans for i, region in w.touched]
+                    plans = [p for p in parallel_map(plan, wave, n) if p is not None]
+                    tasks = [(w, i, region) for w in plans for i, region in w.touched]
 
-                def encode(task: tuple[_ShardWrite, int, tuple[slice, ...]]) -> Buf | None:
-                    w, _, region = task
-                    chunk = w.src[region]
-                    if self._is_empty(chunk, write_empty_chunks):
-                        return None
-                    return self._encode(sh.inner, w.key, chunk)
+                    def encode(task: tuple[_ShardWrite, int, tuple[slice, ...]]) -> Buf | None:
+                        w, _, region = task
+                        chunk = w.src[region]
+                        if self._is_empty(chunk, write_empty_chunks):
+                            return None
+                        return self._encode(sh.inner, w.key, chunk)
 
-                for (w, i, _), enc in zip(tasks, parallel_map(encode, tasks, n), strict=True):
-                    if enc is None:
-                        w.stored.pop(i, None)
-                    else:
-                        w.stored[i] = enc
+                    for (w, i, _), enc in zip(tasks, parallel_map(encode, tasks, n), strict=True):
+                        if enc is None:
+                            w.stored.pop(i, None)
+                        else:
+                            w.stored[i] = enc
 
-                def put(w: _ShardWrite) -> None:
-                    self._put_shard(store, sh, w)
+                    def put(w: _ShardWrite) -> None:
+                        self._put_shard(store, sh, w)
 
-                parallel_map(put, plans, n)
+                    parallel_map(put, plans, n)
             finally:
                 if self.index_cache is not None:
                     for req in wave:

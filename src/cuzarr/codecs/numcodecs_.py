@@ -22,8 +22,8 @@ from typing import Any
 
 import numcodecs
 import numpy as np
-import zstandard
 import numpy.typing as npt
+import zstandard
 from numcodecs.abc import Codec as Numcodec
 
 from cuzarr.codecs.base import Buf, as_u8
@@ -236,9 +236,8 @@ class NumcodecsBytesCodec:
         return True
 
     def encode(self, data: Buf) -> Buf:
-        """Encode a contiguous buffer."""
-        encoded = self.codec.encode(data)
-        return encoded
+        """Encode a contiguous buffer (numcodecs: chunks byte-identical to zarr-python's)."""
+        return self.codec.encode(data)
 
     def encoded_size(self, nbytes: int) -> int | None:
         """Checksums add a fixed number of bytes; compressors are variable."""

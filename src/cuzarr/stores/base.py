@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf
 
-__all__ = ["ChunkStore", "ObjectReader", "Scratch"]
+__all__ = ["BufferPool", "ChunkStore", "ObjectReader", "Scratch"]
 
 
 class Scratch:
@@ -33,6 +33,39 @@ class Scratch:
             buf = np.empty(max(nbytes, 1 << 16, 0 if buf is None else buf.nbytes * 2), np.uint8)
             self._local.buf = buf
         return buf[:nbytes]
+
+
+class BufferPool:
+    """Byte buffers handed out for one wave of reads and taken back together afterwards.
+
+    Whole shards read in one wave stay alive until their inner chunks are decoded; reusing the
+    same buffers wave after wave avoids allocating (and page-faulting) fresh memory per shard.
+    It has :class:`Scratch`'s ``get`` so stores accept either.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: list[npt.NDArray[np.uint8]] = []
+        self._used: list[npt.NDArray[np.uint8]] = []
+
+    def get(self, nbytes: int) -> npt.NDArray[np.uint8]:
+        """Return a buffer of at least ``nbytes`` not handed out since the last release."""
+        with self._lock:
+            for i, buf in enumerate(self._free):
+                if buf.nbytes >= nbytes:
+                    del self._free[i]
+                    break
+            else:
+                buf = np.empty(nbytes, np.uint8)
+            self._used.append(buf)
+        return buf[:nbytes]
+
+    def release(self) -> None:
+        """Take every buffer back (their contents must no longer be used)."""
+        with self._lock:
+            self._free.extend(self._used)
+            self._used.clear()
+            self._free.sort(key=lambda b: b.nbytes)
 
 
 class ObjectReader(Protocol):
@@ -65,10 +98,10 @@ class ChunkStore(Protocol):
     #: A short description for messages, e.g. ``file:///data/a.zarr``.
     name: str
 
-    def get(self, key: str, scratch: Scratch | None = None) -> Buf | None:
+    def get(self, key: str, scratch: Scratch | BufferPool | None = None) -> Buf | None:
         """Return the whole object, or ``None`` if missing.
 
-        With ``scratch``, the store may return a view into the thread's scratch buffer.
+        With ``scratch``, the store may return a view into a buffer taken from it.
         """
         ...
 
@@ -79,9 +112,7 @@ class ChunkStore(Protocol):
         """
         ...
 
-    def get_ranges(
-        self, key: str, ranges: list[tuple[int, int]]
-    ) -> list[Buf] | None:
+    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
         """Return ``[start, start+length)`` byte ranges of one object, or ``None`` if missing."""
         ...
 

@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.errors import StoreError
-from cuzarr.stores.base import Scratch
+from cuzarr.stores.base import BufferPool, Scratch
 
 __all__ = ["TEMP_SUFFIX", "LocalChunkStore", "check_key"]
 
@@ -106,7 +106,7 @@ class LocalChunkStore:
     def _path(self, key: str) -> str:
         return os.path.join(self.root, check_key(key, self.name))
 
-    def get(self, key: str, scratch: Scratch | None = None) -> Buf | None:
+    def get(self, key: str, scratch: Scratch | BufferPool | None = None) -> Buf | None:
         """Read a whole file (into the thread's scratch buffer when given)."""
         try:
             fd = os.open(self._path(key), os.O_RDONLY)

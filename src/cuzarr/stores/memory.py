@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf, as_u8
-from cuzarr.stores.base import Scratch
+from cuzarr.stores.base import BufferPool, Scratch
 
 __all__ = ["MemoryChunkStore"]
 
@@ -50,7 +50,7 @@ class MemoryChunkStore:
         self._buffer_cls = cpu.Buffer
         self.name = f"memory://{id(self._dict):x}"
 
-    def get(self, key: str, scratch: Scratch | None = None) -> Buf | None:
+    def get(self, key: str, scratch: Scratch | BufferPool | None = None) -> Buf | None:
         """Return a view of the stored bytes (no copy)."""
         value = self._dict.get(key)
         if value is None:

@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.errors import NodeNotFoundError, StoreError
-from cuzarr.stores.base import Scratch
+from cuzarr.stores.base import BufferPool, Scratch
 
 __all__ = [
     "OBJECT_STORE_SCHEMES",
@@ -221,7 +221,7 @@ class ObstoreChunkStore:
 
         return await self._guard(get)
 
-    def get(self, key: str, scratch: Scratch | None = None) -> Buf | None:
+    def get(self, key: str, scratch: Scratch | BufferPool | None = None) -> Buf | None:
         """Fetch a whole object (one GET); ``None`` if missing."""
         got = self._call(self._get(key), "read", key)
         return None if got is None else np.frombuffer(got[0], np.uint8)
@@ -415,8 +415,16 @@ _ALIASES = {
     "region_name": "region",
     "anon": "skip_signature",
 }
-_DURATIONS = ("init_backoff", "max_backoff", "retry_timeout", "timeout", "connect_timeout",
-              "pool_idle_timeout", "http2_keep_alive_interval", "http2_keep_alive_timeout")
+_DURATIONS = (
+    "init_backoff",
+    "max_backoff",
+    "retry_timeout",
+    "timeout",
+    "connect_timeout",
+    "pool_idle_timeout",
+    "http2_keep_alive_interval",
+    "http2_keep_alive_timeout",
+)
 
 
 def _durations(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -496,9 +504,7 @@ def open_url(url: str, storage_options: Mapping[str, Any] | None = None) -> tupl
     try:
         from obstore.store import from_url
     except ImportError as exc:  # pragma: no cover - obstore is the s3 extra
-        raise ImportError(
-            f"opening {url!r} needs obstore: pip install 'cuzarr[s3]'"
-        ) from exc
+        raise ImportError(f"opening {url!r} needs obstore: pip install 'cuzarr[s3]'") from exc
     from obstore.exceptions import BaseError
 
     config, client, retry, concurrency = split_storage_options(url, storage_options)

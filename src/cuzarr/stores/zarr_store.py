@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.errors import StoreError
-from cuzarr.stores.base import Scratch
+from cuzarr.stores.base import BufferPool, Scratch
 
 __all__ = ["ZarrChunkStore"]
 
@@ -56,7 +56,7 @@ class ZarrChunkStore:
     def _bytes(value: Any) -> Buf:
         return as_u8(value.as_numpy_array())
 
-    def get(self, key: str, scratch: Scratch | None = None) -> Buf | None:
+    def get(self, key: str, scratch: Scratch | BufferPool | None = None) -> Buf | None:
         """Fetch a whole object."""
         value = self._run(self._store.get(key, self._prototype), "read", key)
         return None if value is None else self._bytes(value)
