@@ -7,9 +7,10 @@ SIGKILL. After each fault every chunk must decode to its complete old or complet
 a store that tears a write itself (``partial_write``) must make the torn chunk fail loudly on
 read, never return garbage.
 
-TODO: use ``cuzarr verify`` in the SIGKILL test once that command exists; until then the test
-checks the store with :func:`_verify` below (every chunk through zarr with cuzarr strict, and
-no file in the array folder other than chunk keys and ``.partial`` temporaries).
+The SIGKILL test checks the store with ``cuzarr verify`` (its library function: every chunk and
+inner chunk decodes, temporaries are only stale files) and with :func:`_big_verify` (every block
+wholly old or new, no file in the array folder other than chunk keys and ``.partial``
+temporaries).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from cuzarr import CorruptChunkError, StoreError
 from cuzarr.stores import local as local_mod
 from cuzarr.stores.local import TEMP_SUFFIX
 from cuzarr.testing_faults import Fault, FaultError, FaultyStore
+from cuzarr.tools.verify import verify
 
 SHAPE = (8, 8)
 OLD = np.arange(64, dtype="float64").reshape(SHAPE) + 1
@@ -311,6 +313,12 @@ def _big_verify(root: Path, layout: str) -> None:
         for j in range(0, BIG[1], step[1]):
             sel = (slice(i, i + step[0]), slice(j, j + step[1]))
             assert np.array_equal(got[sel], old[sel]) or np.array_equal(got[sel], -old[sel]), sel
+    # cuzarr verify: every chunk (and every inner chunk of every shard) decodes; leftover
+    # temporaries are reported as stale files, never as chunks.
+    report = verify(str(root))
+    assert report.problems == [], report.problems
+    assert report.chunks_checked > 0
+    assert all(k.endswith(TEMP_SUFFIX) for k in report.stale_temporary_files)
     names = {"zarr.json"}
     for p in (root / "arr").rglob("*"):
         if p.is_file() and p.name not in names:
