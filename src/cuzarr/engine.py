@@ -118,6 +118,13 @@ class _ShardWrite:
     #: Encoded inner chunks of the new shard: kept ones, then replaced ones.
     stored: dict[int, Buf]
 
+    def set_inner(self, i: int, encoded: Buf | None) -> None:
+        """Record the new bytes of inner chunk ``i`` (``None``: empty, left out of the shard)."""
+        if encoded is None:
+            self.stored.pop(i, None)
+        else:
+            self.stored[i] = encoded
+
 
 class ArrayEngine:
     """Reads and writes chunks of one array.
@@ -652,11 +659,7 @@ class ArrayEngine:
         if w is None:
             return
         for i, region in w.touched:
-            chunk = w.src[region]
-            if self._is_empty(chunk, write_empty_chunks):
-                w.stored.pop(i, None)
-            else:
-                w.stored[i] = self._encode(sh.inner, w.key, chunk)
+            w.set_inner(i, self._encode_inner(sh, w, region, write_empty_chunks))
         self._put_shard(store, sh, w)
 
     def _write_shard_waves(
@@ -683,17 +686,10 @@ class ArrayEngine:
                     tasks = [(w, i, region) for w in plans for i, region in w.touched]
 
                     def encode(task: tuple[_ShardWrite, int, tuple[slice, ...]]) -> Buf | None:
-                        w, _, region = task
-                        chunk = w.src[region]
-                        if self._is_empty(chunk, write_empty_chunks):
-                            return None
-                        return self._encode(sh.inner, w.key, chunk)
+                        return self._encode_inner(sh, task[0], task[2], write_empty_chunks)
 
                     for (w, i, _), enc in zip(tasks, parallel_map(encode, tasks, n), strict=True):
-                        if enc is None:
-                            w.stored.pop(i, None)
-                        else:
-                            w.stored[i] = enc
+                        w.set_inner(i, enc)
 
                     def put(w: _ShardWrite) -> None:
                         self._put_shard(store, sh, w)
@@ -703,6 +699,19 @@ class ArrayEngine:
                 if self.index_cache is not None:
                     for req in wave:
                         self.index_cache.discard(req.key)
+
+    def _encode_inner(
+        self,
+        sh: ShardingCodec,
+        w: _ShardWrite,
+        region: tuple[slice, ...],
+        write_empty_chunks: bool,
+    ) -> Buf | None:
+        """The stored bytes of one touched inner chunk, or ``None`` when it is empty."""
+        chunk = w.src[region]
+        if self._is_empty(chunk, write_empty_chunks):
+            return None
+        return self._encode(sh.inner, w.key, chunk)
 
     @staticmethod
     def _put_shard(store: ChunkStore, sh: ShardingCodec, w: _ShardWrite) -> None:
