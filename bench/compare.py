@@ -42,7 +42,7 @@ RESULTS_DIR = REPO / "bench" / "results"
 ENGINES = ("cuzarr", "cuzarr-api", "zarr", "zarr-fused", "zarrs", "tensorstore")
 CUZARR_ENGINES = ("cuzarr", "cuzarr-api")
 PEERS = ("zarr", "zarr-fused", "zarrs", "tensorstore")
-#: The codec floor: every chunk decoded (encoded) in memory with numcodecs, no array logic.
+#: The codec floor: every chunk decoded (encoded) in memory with the codec library cuzarr uses.
 FLOOR = "floor"
 WORKLOADS = ("read_all", "read_chunks", "read_strided", "write_all", "write_partial")
 FLOOR_WORKLOADS = ("read_all", "write_all")
@@ -68,7 +68,8 @@ THREAD_CONTROLS = {
     "RAYON_NUM_THREADS=N, codec_pipeline.strict=True (no silent fallback to zarr's pipeline)",
     "tensorstore": "Context data_copy_concurrency.limit=N and file_io_concurrency.limit=N; "
     "no cache pool (TensorStore's default)",
-    "floor": "numcodecs decode/encode with out= buffers on a ThreadPoolExecutor of N threads",
+    "floor": "python-zstandard (zstd decode, as cuzarr) or numcodecs decode/encode with out= "
+    "buffers on a ThreadPoolExecutor of N threads",
     "all": "numcodecs.blosc.use_threads=False in every process (blosc never adds threads of its "
     "own); each engine and thread count runs in a fresh subprocess",
 }
