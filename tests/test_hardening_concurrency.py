@@ -133,6 +133,45 @@ def test_processes_writing_disjoint_chunks(tmp_path: Path, method: str) -> None:
     np.testing.assert_array_equal(zarr.open_array(LocalStore(root), path="arr")[...], _expected())
 
 
+def _shard_piece_writer(args: tuple[str, str, int, int]) -> int:
+    root, api, rank, rounds = args
+    with cuzarr.configure(strict=True):
+        if api == "zarr":
+            target: Any = zarr.open_array(LocalStore(root), path="arr", mode="r+")
+        else:
+            target = cuzarr.open(root, path="arr", mode="r+")
+        for rnd in range(rounds):
+            # rank's own row of inner chunks: a read-modify-write of the one shard
+            target[rank * 4 : rank * 4 + 4, :] = rank * 100 + rnd + 1
+    return rounds
+
+
+@pytest.mark.parametrize("api", ["zarr", "explicit"])
+def test_processes_writing_one_shard_lose_no_update(tmp_path: Path, api: str) -> None:
+    # 4 processes each rewrite their own inner chunks of ONE shard, 8 rounds each: every
+    # round is a read-modify-write of the whole shard, serialized across processes by
+    # cuzarr's file locks (cuzarr.locks.file_locks).
+    root = tmp_path / "s.zarr"
+    zarr.create_array(
+        LocalStore(root),
+        name="arr",
+        shape=(16, 16),
+        dtype="int32",
+        chunks=(4, 16),
+        shards=(16, 16),
+        fill_value=0,
+        compressors=ZstdCodec(level=1),
+    )
+    n, rounds = 4, 8
+    with mp.get_context("spawn").Pool(n) as pool:
+        done = pool.map_async(_shard_piece_writer, [(str(root), api, k, rounds) for k in range(n)])
+        assert sum(done.get(timeout=180)) == n * rounds
+    expected = np.repeat(np.arange(n, dtype="int32") * 100 + rounds, 4)[:, None] * np.ones(
+        (1, 16), "int32"
+    )
+    np.testing.assert_array_equal(zarr.open_array(LocalStore(root), path="arr")[...], expected)
+
+
 # -------------------------------------------------------------------------------------------
 # readers concurrent with a writer
 

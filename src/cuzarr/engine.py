@@ -34,7 +34,7 @@ from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
 from cuzarr.codecs.sharding import EMPTY, ShardingCodec
 from cuzarr.config import Settings
 from cuzarr.errors import CorruptChunkError, CuzarrError, MetadataError
-from cuzarr.locks import object_locks
+from cuzarr.locks import write_locks
 from cuzarr.metadata.spec import ArraySpec
 from cuzarr.plan import ByteRange, ChunkRequest, coalesce
 from cuzarr.selection import is_full, iter_blocks, needed_blocks, rebase, selection_box
@@ -592,7 +592,7 @@ class ArrayEngine:
             if chunk.shape == codec.shape:
                 # Nothing to read: encode outside the lock, store under it.
                 data = None if self._is_empty(chunk, write_empty_chunks) else codec.encode(chunk)
-                with object_locks(store.name, (req.key,)):
+                with write_locks(store, (req.key,)):
                     if data is None:
                         store.delete(req.key)
                     else:
@@ -600,7 +600,7 @@ class ArrayEngine:
                 return
         # Read-modify-write under the chunk's lock: concurrent writers in this process
         # serialize instead of losing each other's updates.
-        with object_locks(store.name, (req.key,)):
+        with write_locks(store, (req.key,)):
             existing = None
             if not req.complete:
                 raw = self._get_for_update(store, req.key, self._scratch)
@@ -635,7 +635,7 @@ class ArrayEngine:
             # so each shard is read, re-encoded and written by one task.
             def one_shard(req: ChunkRequest) -> None:
                 try:
-                    with object_locks(store.name, (req.key,)):
+                    with write_locks(store, (req.key,)):
                         self._rewrite_shard(store, sh, req, value, drop_axes, write_empty_chunks)
                 finally:
                     if self.index_cache is not None:
@@ -677,7 +677,7 @@ class ArrayEngine:
         for w0 in range(0, len(requests), per_wave):
             wave = requests[w0 : w0 + per_wave]
             try:
-                with object_locks(store.name, [r.key for r in wave]):
+                with write_locks(store, [r.key for r in wave]):
 
                     def plan(req: ChunkRequest) -> _ShardWrite | None:
                         return self._plan_shard_write(store, sh, req, value, drop_axes)

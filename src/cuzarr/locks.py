@@ -1,10 +1,11 @@
-"""Process-wide locks per stored object, for read-modify-write of chunks and shards.
+"""Locks per stored object, for read-modify-write of chunks and shards.
 
-A partial write reads a chunk (or shard), merges and writes it back. Two threads doing that to
-the same object at once would lose one update. Every engine in the process takes the lock of
-``(store, key)`` around its read-modify-write, so concurrent writers through zarr's API, the
-explicit API or Dask's threaded scheduler serialize per object instead. Writers in other
-processes are not covered (see docs/reliability.md).
+A partial write reads a chunk (or shard), merges and writes it back. Two writers doing that to
+the same object at once would lose one update. Every engine takes the lock of ``(store, key)``
+around its read-modify-write (:func:`write_locks`): a process-wide lock for the threads of one
+process (zarr's API, the explicit API, Dask's threaded scheduler), and for local folders also
+a cross-process lock (:func:`file_locks`), so processes on one machine serialize too. Object
+stores use conditional puts instead (see ``stores/obstore_.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-__all__ = ["object_locks"]
+__all__ = ["file_locks", "object_locks", "write_locks"]
 
 
 @dataclass(slots=True)
@@ -73,3 +74,124 @@ def object_locks(store: str, keys: Iterable[str]) -> Iterator[None]:
                 entry.users -= 1
                 if entry.users == 0 and _table.get((store, key)) is entry:
                     del _table[(store, key)]
+
+
+# ---------------------------------------------------------------------------------------------
+# across processes (local folders)
+
+_LOCK_DIR_ENV = "CUZARR_LOCK_DIR"
+_SLOTS = 1 << 30
+_fd_lock = threading.Lock()
+_fds: dict[str, int] = {}
+
+
+def _after_fork_fds() -> None:
+    global _fd_lock, _slots
+    _fd_lock = threading.Lock()
+    # POSIX record locks are not inherited (the descriptors are, and stay usable).
+    _slots = {}
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_fds)
+
+
+def _lock_file(root: str) -> int:
+    """The open lock file of a store root, one per process.
+
+    It is never closed: closing any descriptor of a file drops the process's POSIX locks on it.
+    """
+    with _fd_lock:
+        fd = _fds.get(root)
+        if fd is None:
+            import hashlib
+            import tempfile
+
+            folder = os.environ.get(_LOCK_DIR_ENV) or os.path.join(
+                tempfile.gettempdir(), "cuzarr-locks"
+            )
+            os.makedirs(folder, exist_ok=True)
+            name = hashlib.sha256(root.encode()).hexdigest()[:32]
+            fd = os.open(os.path.join(folder, name), os.O_RDWR | os.O_CREAT, 0o666)
+            _fds[root] = fd
+        return fd
+
+
+@dataclass(slots=True)
+class _Slot:
+    slot: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Threads of this process holding the byte.
+    users: int = 0
+
+
+_slots: dict[tuple[str, int], _Slot] = {}
+
+
+def _slot_entry(root: str, slot: int) -> _Slot:
+    with _fd_lock:
+        entry = _slots.get((root, slot))
+        if entry is None:
+            entry = _slots[(root, slot)] = _Slot(slot)
+        return entry
+
+
+def _slot(key: str) -> int:
+    import zlib
+
+    return zlib.crc32(key.encode()) % _SLOTS
+
+
+@contextmanager
+def file_locks(root: str, keys: Iterable[str]) -> Iterator[None]:
+    """Hold cross-process locks on ``keys`` of the local store at ``root``.
+
+    Each key maps to one byte of a lock file kept outside the store (under the system's
+    temporary folder, or ``$CUZARR_LOCK_DIR``), locked with ``fcntl.lockf``: processes on this
+    machine that rewrite the same chunk or shard serialize. Two keys may share a byte (then
+    they serialize needlessly, never incorrectly). Record locks belong to the process, so a
+    byte is taken when the first thread of the process needs it and released after the last;
+    threads exclude each other through :func:`object_locks`. No-op where ``fcntl`` is missing.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    fd = _lock_file(root)
+    slots = sorted({_slot(k) for k in keys})
+    taken: list[_Slot] = []
+    try:
+        for slot in slots:
+            entry = _slot_entry(root, slot)
+            with entry.lock:
+                # Record locks belong to the process: take the byte when the first thread of
+                # this process needs it, release it when the last one is done.
+                if entry.users == 0:
+                    fcntl.lockf(fd, fcntl.LOCK_EX, 1, slot, os.SEEK_SET)
+                entry.users += 1
+            taken.append(entry)
+        yield
+    finally:
+        for entry in reversed(taken):
+            with entry.lock:
+                entry.users -= 1
+                if entry.users == 0:
+                    fcntl.lockf(fd, fcntl.LOCK_UN, 1, entry.slot, os.SEEK_SET)
+
+
+@contextmanager
+def write_locks(store: object, keys: Iterable[str]) -> Iterator[None]:
+    """Hold the locks of a read-modify-write of ``keys`` in ``store``.
+
+    Per thread in this process always; per process as well for stores that offer it (local
+    folders, through their ``lock_root``).
+    """
+    names = list(keys)
+    with object_locks(str(getattr(store, "name", id(store))), names):
+        root = getattr(store, "lock_root", None)
+        if root is None:
+            yield
+        else:
+            with file_locks(str(root), names):
+                yield

@@ -102,6 +102,8 @@ class LocalChunkStore:
         self.root = Path(root)
         self.read_only = read_only
         self.name = self.root.as_uri() if self.root.is_absolute() else str(self.root)
+        #: Identifies the folder for cross-process write locks (cuzarr.locks.file_locks).
+        self.lock_root = os.path.realpath(self.root)
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, check_key(key, self.name))
