@@ -302,7 +302,9 @@ def test_partial_sharded_read_fetches_only_needed_ranges(
     s3: S3, bucket: str, sharded: tuple[str, np.ndarray]
 ) -> None:
     url, expected = sharded
-    a = cuzarr.open(url, storage_options=s3.options(), settings=cuzarr.Settings(max_gap=0))
+    # Ranges only (no whole-shard fetch), merging only touching ranges.
+    ranged_only = cuzarr.Settings(remote_max_gap=0, max_overfetch=0)
+    a = cuzarr.open(url, storage_options=s3.options(), settings=ranged_only)
     assert isinstance(a, cuzarr.Array)
     # Inner chunks (1..2, 0..1) of shard (0, 1): rows 8:24, columns 32:48.
     wanted = [(1, 0), (1, 1), (2, 0), (2, 1)]
@@ -334,7 +336,7 @@ def test_partial_read_of_many_shards_coalesces_per_shard(
     s3: S3, bucket: str, sharded: tuple[str, np.ndarray]
 ) -> None:
     url, expected = sharded
-    a = cuzarr.open(url, storage_options=s3.options())
+    a = cuzarr.open(url, storage_options=s3.options(), settings=cuzarr.Settings(max_overfetch=0))
     s3.log.clear()
     # Touches all four shards, 2x2 inner chunks of each: one index + one coalesced range each.
     np.testing.assert_array_equal(a[20:44, 20:44], expected[20:44, 20:44])
@@ -346,6 +348,134 @@ def test_partial_read_of_many_shards_coalesces_per_shard(
     np.testing.assert_array_equal(a[16:48, 16:48], expected[16:48, 16:48])
     gets = s3.log.for_bucket(bucket, "GET")
     assert len(gets) == 4 and not any(g.range.startswith("bytes=-") for g in gets)
+
+
+def test_small_shards_are_fetched_whole_in_one_request(
+    s3: S3, bucket: str, sharded: tuple[str, np.ndarray]
+) -> None:
+    url, expected = sharded
+    a = cuzarr.open(url, storage_options=s3.options())
+    assert isinstance(a, cuzarr.Array)
+    shard_keys = {f"/{bucket}/s.zarr/c/{i}/{j}" for i in (0, 1) for j in (0, 1)}
+    sizes = {
+        f"/{bucket}/{k}": s3.client().head_object(Bucket=bucket, Key=k)["ContentLength"]
+        for k in (p.split("/", 2)[2] for p in shard_keys)
+    }
+    s3.log.clear()
+    # 2x2 of 16 inner chunks of each 4 KiB shard: the unneeded 3 KiB cost less than a
+    # round trip, so each shard is one GET of the whole object (its index included).
+    np.testing.assert_array_equal(a[20:44, 20:44], expected[20:44, 20:44])
+    gets = s3.log.for_bucket(bucket, "GET")
+    assert sorted(g.path for g in gets) == sorted(shard_keys)
+    assert all(g.range is None and g.nbytes == sizes[g.path] for g in gets)
+    # The index came with the object: later partial reads fetch only the coalesced ranges.
+    s3.log.clear()
+    np.testing.assert_array_equal(a[0:8, 0:8], expected[0:8, 0:8])
+    gets = s3.log.for_bucket(bucket, "GET")
+    assert len(gets) == 1 and gets[0].range is not None
+    assert not gets[0].range.startswith("bytes=-")
+    assert gets[0].nbytes < sizes[gets[0].path] // 4
+
+
+def test_overfetch_bound_decides_between_whole_and_ranged(
+    s3: S3, bucket: str, sharded: tuple[str, np.ndarray]
+) -> None:
+    url, expected = sharded
+    # Shards decode to 4 KiB; one inner chunk of 16 leaves 3840 bytes unneeded.
+    for overfetch, whole in ((3840, True), (3839, False)):
+        a = cuzarr.open(
+            url, storage_options=s3.options(), settings=cuzarr.Settings(max_overfetch=overfetch)
+        )
+        s3.log.clear()
+        np.testing.assert_array_equal(a[40:48, 40:48], expected[40:48, 40:48])
+        gets = s3.log.for_bucket(bucket, "GET")
+        if whole:
+            assert [g.range for g in gets] == [None]
+        else:
+            assert len(gets) == 2 and gets[0].range is not None and gets[1].range is not None
+            assert sum(1 for g in gets if g.range.startswith("bytes=-")) == 1
+
+
+def test_object_cache_serves_repeated_reads_without_requests(
+    s3: S3, bucket: str, sharded: tuple[str, np.ndarray]
+) -> None:
+    url, expected = sharded
+    a = cuzarr.open(
+        url, storage_options=s3.options(), settings=cuzarr.Settings(cache_bytes=1 << 20)
+    )
+    s3.log.clear()
+    np.testing.assert_array_equal(a[20:44, 20:44], expected[20:44, 20:44])
+    assert len(s3.log.for_bucket(bucket, "GET")) == 4  # each shard once, whole
+    # Overlapping and smaller windows of the same shards: no request at all.
+    s3.log.clear()
+    for window in ((slice(0, 64), slice(0, 64)), (slice(3, 9), slice(40, 61)), (5, slice(None))):
+        np.testing.assert_array_equal(a[window], expected[window])
+    assert s3.log.for_bucket(bucket) == []
+    # Without the cache (the default) the same reads go to the server again.
+    b = cuzarr.open(url, storage_options=s3.options())
+    np.testing.assert_array_equal(b[20:44, 20:44], expected[20:44, 20:44])
+    s3.log.clear()
+    np.testing.assert_array_equal(b[20:44, 20:44], expected[20:44, 20:44])
+    assert len(s3.log.for_bucket(bucket, "GET")) == 4
+
+
+def test_object_cache_is_bounded_and_caches_missing_chunks(s3: S3, bucket: str) -> None:
+    from cuzarr.stores.cached import CachedChunkStore
+
+    url = f"s3://{bucket}/u.zarr"
+    writer = cuzarr.create(
+        url, shape=(64, 64), chunks=(8, 8), dtype="i4", fill_value=-1,
+        storage_options=s3.options(),
+    )
+    expected = np.full((64, 64), -1, "i4")
+    expected[0:32, :] = np.random.default_rng(2).integers(0, 1 << 30, (32, 64))
+    writer[0:32, :] = expected[0:32, :]
+    # Large enough for everything: the 32 missing chunks are remembered as missing too.
+    big = cuzarr.Settings(cache_bytes=1 << 20)
+    a = cuzarr.open(url, storage_options=s3.options(), settings=big)
+    s3.log.clear()
+    np.testing.assert_array_equal(a[...], expected)
+    assert len(s3.log.for_bucket(bucket, "GET")) == 64  # 32 stored chunks, 32 missing ones
+    s3.log.clear()
+    np.testing.assert_array_equal(a[...], expected)
+    assert s3.log.for_bucket(bucket) == []
+    # A small cache stays within its bound, least recently used out first.
+    tiny = cuzarr.Settings(cache_bytes=4096)
+    small = cuzarr.open(url, storage_options=s3.options(), settings=tiny)
+    np.testing.assert_array_equal(small[...], expected)
+    store = small._chunk_store()
+    assert isinstance(store, CachedChunkStore)
+    assert 0 < len(store.cache) < 64 and store.cache.nbytes <= 4096
+    # What it holds is served without a request.
+    for key in store.cache.held():
+        i, j = (int(x) for x in key.split("/")[-2:])
+        block = (slice(i * 8, i * 8 + 8), slice(j * 8, j * 8 + 8))
+        s3.log.clear()
+        np.testing.assert_array_equal(small[block], expected[block])
+        assert s3.log.for_bucket(bucket) == []
+
+
+def test_object_cache_sees_the_arrays_own_writes(
+    s3: S3, bucket: str, sharded: tuple[str, np.ndarray]
+) -> None:
+    url, expected = sharded
+    a = cuzarr.open(
+        url, mode="r+", storage_options=s3.options(),
+        settings=cuzarr.Settings(cache_bytes=1 << 20),
+    )
+    np.testing.assert_array_equal(a[...], expected)  # every shard cached
+    s3.log.clear()
+    a[1:3, 1:3] = 77  # read-modify-write: the read goes to the server (its ETag is needed)
+    expected[1:3, 1:3] = 77
+    puts = s3.log.for_bucket(bucket, "PUT")
+    assert len(puts) == 1 and puts[0].if_match is not None
+    assert len(s3.log.for_bucket(bucket, "GET")) == 1
+    np.testing.assert_array_equal(a[0:8, 0:8], expected[0:8, 0:8])
+    a[40:48, 40:48] = 5  # a partial shard write, then a whole-array read
+    expected[40:48, 40:48] = 5
+    np.testing.assert_array_equal(a[...], expected)
+    # Another reader sees the same bytes.
+    np.testing.assert_array_equal(cuzarr.open(url, storage_options=s3.options())[...], expected)
 
 
 def test_own_writes_invalidate_cached_indexes(

@@ -30,6 +30,8 @@ from cuzarr.config import Device, Settings
 from cuzarr.engine import ArrayEngine
 from cuzarr.indexing import BasicPlan, GridIndexer
 from cuzarr.metadata.spec import ArraySpec
+from cuzarr.stores import is_remote
+from cuzarr.stores.cached import ObjectCache, cached
 
 if TYPE_CHECKING:
     from cuzarr.api import StoreHandle
@@ -400,7 +402,10 @@ class Array:
     def _chunk_store(self) -> ChunkStore:
         store = self._store
         if store is None:
-            store = self._store = self._handle.chunk_store()
+            store = self._handle.chunk_store()
+            if self._settings.cache_bytes > 0 and is_remote(store):
+                store = cached(store, ObjectCache(self._settings.cache_bytes))
+            self._store = store
         return store
 
     def _persist_attributes(self, attributes: dict[str, Any]) -> None:

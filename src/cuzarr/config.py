@@ -65,7 +65,22 @@ class Settings:
     threads : int or None
         Worker threads of the CPU engine; ``None`` means one per core.
     max_gap : int
-        Largest gap in bytes bridged when coalescing byte ranges of one shard.
+        Largest gap in bytes bridged when coalescing byte ranges of one shard on local
+        folders and memory, where a read costs microseconds.
+    remote_max_gap : int
+        The same on remote stores (object stores, fsspec), where a request costs a round trip
+        of milliseconds: fetching up to 1 MiB of unneeded bytes is cheaper than another
+        request (zarr-python bridges the same 1 MiB).
+    max_overfetch : int
+        On remote stores, a partial read of a shard whose index is not cached fetches the
+        whole shard, index included, in one request instead of two (index, then ranges) when
+        the bytes it does not need, estimated from the shard's decoded size, are at most this.
+        ``0`` turns it off.
+    cache_bytes : int
+        Bytes of whole objects (chunks, shards fetched whole) that a ``cuzarr.Array`` on a
+        remote store keeps across reads, least recently used out first; ``0`` (the default)
+        keeps none. For data nobody else rewrites while the array is open (see
+        :mod:`cuzarr.stores.cached`).
     max_coalesced : int
         Largest coalesced range in bytes.
     max_bytes_in_flight : int
@@ -81,6 +96,9 @@ class Settings:
     strict: bool = False
     threads: int | None = None
     max_gap: int = 64 * 1024
+    remote_max_gap: int = 1024 * 1024
+    max_overfetch: int = 2 * 1024 * 1024
+    cache_bytes: int = 0
     max_coalesced: int = 16 * 1024 * 1024
     max_bytes_in_flight: int = 64 * 1024 * 1024
     max_chunk_nbytes: int = 2**31

@@ -330,8 +330,15 @@ class ArrayEngine:
             return result
         cps = sh.chunks_per_shard
         flat = [int(np.ravel_multi_index(b, cps)) for b in blocks]
+        remote = is_remote(store)
+        cache = self.index_cache if remote else None
+        cached = None if cache is None or len(blocks) == sh.n_inner else cache.get(req.key)
         try:
-            if len(blocks) == sh.n_inner:
+            if len(blocks) == sh.n_inner or (
+                remote and cached is None and self._fetch_whole(len(blocks))
+            ):
+                # One request, index included: every inner chunk is needed, or the unneeded
+                # bytes cost less than the round trip a separate index read would.
                 raw = store.get(req.key, pool)
                 if raw is None:
                     return result
@@ -341,6 +348,8 @@ class ArrayEngine:
                     for i in flat
                     if table[i, 0] != EMPTY
                 }
+                if cache is not None:
+                    cache.put(req.key, table, u8.nbytes)
             elif (opener := getattr(store, "open_object", None)) is not None:
                 reader = opener(req.key)
                 if reader is None:
@@ -350,15 +359,18 @@ class ArrayEngine:
                 finally:
                     reader.close()
             else:
-                cache = self.index_cache if is_remote(store) else None
-                cached = None if cache is None else cache.get(req.key)
                 fetched = cached or self._fetch_shard_index(store, sh, req.key)
                 if fetched is None:
                     return result
                 table, size = fetched
                 try:
                     sources = self._fetch_inner_ranges(
-                        functools.partial(store.get_ranges, req.key), req.key, table, flat, size
+                        functools.partial(store.get_ranges, req.key),
+                        req.key,
+                        table,
+                        flat,
+                        size,
+                        remote=remote,
                     )
                 except CorruptChunkError:
                     if cached is None or cache is None:
@@ -370,7 +382,12 @@ class ArrayEngine:
                         return result
                     table, size = fetched
                     sources = self._fetch_inner_ranges(
-                        functools.partial(store.get_ranges, req.key), req.key, table, flat, size
+                        functools.partial(store.get_ranges, req.key),
+                        req.key,
+                        table,
+                        flat,
+                        size,
+                        remote=remote,
                     )
                 if cache is not None and cached is None:
                     cache.put(req.key, table, size)
@@ -433,13 +450,26 @@ class ArrayEngine:
             if got is None:
                 return None
             raw, size = got
-            if size < n:
-                raise CorruptChunkError(f"shard is {size} bytes, shorter than its {n}-byte index")
+            got_n = memoryview(raw).nbytes
+            if (size if size is not None else got_n) < n:
+                short = size if size is not None else got_n
+                raise CorruptChunkError(f"shard is {short} bytes, shorter than its {n}-byte index")
             return sh.decode_index(raw, shard_nbytes=size), size
         parts = store.get_ranges(key, [(0, n)])
         if parts is None:
             return None
         return sh.decode_index(parts[0], shard_nbytes=None), None
+
+    def _fetch_whole(self, n_needed: int) -> bool:
+        """Whether a remote partial read of ``n_needed`` inner chunks should fetch the shard.
+
+        The unneeded bytes are estimated from the decoded shard size (compressed shards are
+        smaller), so the estimate errs towards two requests.
+        """
+        sh = self.sharding
+        assert sh is not None
+        unneeded = self.codec.nbytes * (sh.n_inner - n_needed) // sh.n_inner
+        return unneeded <= self.settings.max_overfetch
 
     def _fetch_inner_ranges(
         self,
@@ -448,15 +478,16 @@ class ArrayEngine:
         table: npt.NDArray[np.uint64],
         flat: list[int],
         size: int | None,
+        *,
+        remote: bool = False,
     ) -> dict[int, Buf]:
         ranges = [
             ByteRange(int(table[i, 0]), int(table[i, 1]), i) for i in flat if table[i, 0] != EMPTY
         ]
         if not ranges:
             return {}
-        reads = coalesce(
-            ranges, max_gap=self.settings.max_gap, max_size=self.settings.max_coalesced
-        )
+        gap = self.settings.remote_max_gap if remote else self.settings.max_gap
+        reads = coalesce(ranges, max_gap=gap, max_size=self.settings.max_coalesced)
         spans = [(r.start, r.length) for r in reads]
         data = fetch(spans)
         if data is None:

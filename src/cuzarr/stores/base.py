@@ -116,8 +116,12 @@ class ChunkStore(Protocol):
         """Return ``[start, start+length)`` byte ranges of one object, or ``None`` if missing."""
         ...
 
-    def get_suffix(self, key: str, length: int) -> tuple[Buf, int] | None:
-        """Return the last ``length`` bytes and the object's total size, or ``None``."""
+    def get_suffix(self, key: str, length: int) -> tuple[Buf, int | None] | None:
+        """Return the last ``length`` bytes and the object's total size, or ``None``.
+
+        The size may be ``None`` when the store cannot tell it without another request (an
+        object shorter than ``length`` comes back whole, its size then known).
+        """
         ...
 
     def set(self, key: str, data: Buf) -> None:

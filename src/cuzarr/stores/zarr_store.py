@@ -83,20 +83,24 @@ class ZarrChunkStore:
             return None
         return [self._bytes(v) for v in values]
 
-    def get_suffix(self, key: str, length: int) -> tuple[Buf, int] | None:
-        """Fetch the object's size, then its last ``length`` bytes."""
+    def get_suffix(self, key: str, length: int) -> tuple[Buf, int | None] | None:
+        """Fetch the object's last ``length`` bytes in one request (its size stays unknown).
+
+        An object shorter than ``length`` comes back whole, so a short result tells its size.
+        """
         from zarr.abc.store import SuffixByteRequest
 
         try:
-            size = int(self._run(self._store.getsize(key), "get the size of", key))
+            value = self._run(
+                self._store.get(key, self._prototype, SuffixByteRequest(length)), "read", key
+            )
         except FileNotFoundError:
             return None
-        value = self._run(
-            self._store.get(key, self._prototype, SuffixByteRequest(min(length, size))), "read", key
-        )
         if value is None:
             return None
-        return self._bytes(value), size
+        data = self._bytes(value)
+        n = memoryview(data).nbytes
+        return data, (n if n < length else None)
 
     def check_writable(self) -> None:
         """Raise if the store is read-only."""
