@@ -250,6 +250,50 @@ def test_dask_from_zarr_url(s3: S3, bucket: str) -> None:
     np.testing.assert_array_equal(darr.compute(scheduler="sync"), expected)
 
 
+def test_cli_info_copy_verify_on_s3_urls(s3: S3, bucket: str, tmp_path: Any) -> None:
+    """The CLI takes the same URLs; credentials and endpoint come from the environment."""
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_REGION": REGION,
+        "AWS_ENDPOINT_URL": s3.endpoint,
+        "AWS_ALLOW_HTTP": "true",
+    }
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cuzarr", *args], capture_output=True, text=True,
+            timeout=120, env=env,
+        )
+
+    expected = _data((40, 30), "f4")
+    src = tmp_path / "src.zarr"
+    z = zarr.create_array(
+        str(src), shape=expected.shape, dtype="f4", chunks=(8, 8), shards=(16, 16)
+    )
+    z[...] = expected
+    url = f"s3://{bucket}/copied.zarr"
+    done = cli("copy", str(src), url)
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(cuzarr.open(url, storage_options=s3.options())[...], expected)
+    info = cli("info", url, "--json")
+    assert info.returncode == 0, info.stderr
+    node = {n["path"]: n for n in json.loads(info.stdout)["nodes"]}[""]
+    assert node["shape"] == [40, 30] and node["shards"] == [16, 16]
+    assert cli("verify", url).returncode == 0
+    # A corrupted shard is named by verify, through the same URL.
+    s3.client().put_object(Bucket=bucket, Key="copied.zarr/c/1/0", Body=b"garbage")
+    bad = cli("verify", url)
+    assert bad.returncode == 1 and "c/1/0" in bad.stdout + bad.stderr
+    missing = cli("info", f"s3://{bucket}/nothing.zarr")
+    assert missing.returncode == 2 and "nothing.zarr" in missing.stderr
+
+
 def test_group_and_listing(s3: S3, bucket: str) -> None:
     url = f"s3://{bucket}/g.zarr"
     root = zarr.open_group(zarr.storage.ObjectStore(s3.obstore(bucket, "g.zarr")), mode="w")
@@ -476,6 +520,73 @@ def test_object_cache_sees_the_arrays_own_writes(
     np.testing.assert_array_equal(a[...], expected)
     # Another reader sees the same bytes.
     np.testing.assert_array_equal(cuzarr.open(url, storage_options=s3.options())[...], expected)
+
+
+@pytest.fixture
+def raw_sharded(s3: S3, bucket: str) -> tuple[str, np.ndarray, Any]:
+    """Uncompressed shards: a stale index would decode the wrong bytes without any error."""
+    expected = np.random.default_rng(6).integers(1, 1000, (64, 64)).astype("i4")
+    z = zarr.create_array(
+        zarr.storage.ObjectStore(s3.obstore(bucket, "r.zarr")),
+        shape=expected.shape, dtype="i4", chunks=(8, 8), shards=(32, 32), compressors=None,
+        fill_value=0,
+    )
+    z[...] = expected
+    return f"s3://{bucket}/r.zarr", expected, z
+
+
+def _shift_layout(z: Any, expected: np.ndarray) -> None:
+    """Another writer empties the first row of inner chunks of shard (0, 0): later chunks move."""
+    z[0:8, 0:32] = 0
+    expected[0:8, 0:32] = 0
+
+
+def test_cached_indexes_are_checked_against_the_shards_etag(
+    s3: S3, bucket: str, raw_sharded: tuple[str, np.ndarray, Any]
+) -> None:
+    url, expected, z = raw_sharded
+    ranged = cuzarr.Settings(max_overfetch=0)
+    a = cuzarr.open(url, storage_options=s3.options(), settings=ranged)
+    np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])  # index cached
+    s3.log.clear()
+    np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])
+    gets = s3.log.for_bucket(bucket, "GET")
+    assert len(gets) == 1 and gets[0].if_match is not None  # conditional on the index's ETag
+
+    _shift_layout(z, expected)  # the cached index is now wrong for this shard
+    s3.log.clear()
+    np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])
+    gets = s3.log.for_bucket(bucket, "GET")
+    # The conditional read fails (412), the index is read again, then the ranges.
+    assert [g.status for g in gets] == [412, 206, 206]
+    assert gets[1].range is not None and gets[1].range.startswith("bytes=-")
+    assert gets[2].if_match is not None and gets[2].if_match != gets[0].if_match
+    np.testing.assert_array_equal(a[...], expected)
+
+
+def test_zarr_pipeline_caches_indexes_only_with_versions(
+    s3: S3, bucket: str, raw_sharded: tuple[str, np.ndarray, Any]
+) -> None:
+    _url, expected, z = raw_sharded
+    with cuzarr.configure(strict=True, max_overfetch=0):
+        a = zarr.open_array(zarr.storage.ObjectStore(s3.obstore(bucket, "r.zarr")), mode="r")
+        np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])
+        s3.log.clear()
+        np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])
+        gets = s3.log.for_bucket(bucket, "GET")
+        assert len(gets) == 1 and gets[0].if_match is not None  # index reused, checked
+    _shift_layout(z, expected)  # zarr's own pipeline, another writer
+    with cuzarr.configure(strict=True, max_overfetch=0):
+        np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])
+        np.testing.assert_array_equal(a[...], expected)
+        # Through zarr's FsspecStore there are no versions: every read fetches the index.
+        f = zarr.open_array(f"s3://{bucket}/r.zarr", mode="r", storage_options=s3.options())
+        np.testing.assert_array_equal(f[8:16, 8:16], expected[8:16, 8:16])
+        s3.log.clear()
+        np.testing.assert_array_equal(f[8:16, 8:16], expected[8:16, 8:16])
+        gets = s3.log.for_bucket(bucket, "GET")
+        assert len(gets) == 2 and gets[0].range is not None
+        assert sum(1 for g in gets if g.range.startswith("bytes=-")) == 1
 
 
 def test_own_writes_invalidate_cached_indexes(

@@ -44,6 +44,10 @@ def _checkout_root() -> Path | None:
     return root if (root / "bench" / "compare.py").is_file() else None
 
 
+_TARGET_HELP = (
+    "a local path, file:// URL or object-store URL (s3://, gs://, az://, https://; "
+    "credentials and endpoint from the environment, e.g. AWS_ENDPOINT_URL)"
+)
 _COMPARE_HELP = """\
 cuzarr bench --compare runs the comparison harness bench/compare.py, which lives in cuzarr's
 source repository and is not part of the installed package. From a checkout:
@@ -254,7 +258,7 @@ def add_info(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "ratio. Only the store listing and metadata are read."
         ),
     )
-    p.add_argument("target", metavar="TARGET", help="a local path or file:// URL")
+    p.add_argument("target", metavar="TARGET", help=_TARGET_HELP)
     p.add_argument("--json", action="store_true", help="print JSON (schema cuzarr.info/1)")
     _common(p)
     p.set_defaults(handler=_run_info)
@@ -295,7 +299,7 @@ def add_verify(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             "are listed as warnings."
         ),
     )
-    p.add_argument("target", metavar="TARGET", help="a local path or file:// URL")
+    p.add_argument("target", metavar="TARGET", help=_TARGET_HELP)
     p.add_argument("--json", action="store_true", help="print JSON (schema cuzarr.verify/1)")
     p.add_argument("--threads", type=_positive_int, default=None,
                    help="worker threads (default: one per core)")
@@ -372,7 +376,7 @@ def add_copy(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "an interrupted copy can be continued with --resume."
         ),
     )
-    p.add_argument("source", metavar="SRC", help="the source: a local path or file:// URL")
+    p.add_argument("source", metavar="SRC", help=f"the source: {_TARGET_HELP}")
     p.add_argument("destination", metavar="DST", help="the destination (must not exist)")
     p.add_argument("--codec", type=_codec_arg, default=None,
                    help="compressor: none, zstd[:LEVEL], gzip[:LEVEL], "

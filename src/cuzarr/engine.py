@@ -40,7 +40,7 @@ from cuzarr.plan import ByteRange, ChunkRequest, coalesce
 from cuzarr.selection import is_full, iter_blocks, needed_blocks, rebase, selection_box
 from cuzarr.shard_cache import ShardIndexCache
 from cuzarr.stores import io_threads, is_remote
-from cuzarr.stores.base import BufferPool, ChunkStore, ObjectReader, Scratch
+from cuzarr.stores.base import BufferPool, ChunkStore, ObjectReader, Scratch, StaleObjectError
 
 __all__ = ["ArrayEngine"]
 
@@ -138,8 +138,10 @@ class ArrayEngine:
     settings : Settings
         Thread count, coalescing and memory bounds.
     cache_shard_indexes : bool, default False
-        Keep decoded shard indexes of remote stores across calls (see
-        :class:`~cuzarr.shard_cache.ShardIndexCache`); this engine's writes invalidate them.
+        Trust decoded shard indexes of remote stores kept across calls even when the store
+        cannot check their version (see :class:`~cuzarr.shard_cache.ShardIndexCache`); this
+        engine's writes invalidate them. Indexes with a version (an object store's ETag) are
+        kept and used either way: ranges are then read only if the shard still has it.
     """
 
     def __init__(
@@ -165,9 +167,12 @@ class ArrayEngine:
         # Decoded indexes of shards read through ``open_object`` (local files, memory), keyed
         # by the index bytes themselves: reused only for identical bytes.
         self._version_cache = ShardIndexCache()
+        # Decoded indexes of remote shards, across calls: entries with a version (ETag) are
+        # always used (reads are conditional on it); entries without one only if trusted.
         self.index_cache: ShardIndexCache | None = (
-            ShardIndexCache() if cache_shard_indexes and self.sharding is not None else None
+            ShardIndexCache() if self.sharding is not None else None
         )
+        self._trust_indexes = cache_shard_indexes
         self._scratch = Scratch()
         self._chunks = _ChunkScratch()
 
@@ -176,7 +181,7 @@ class ArrayEngine:
             "spec": self.spec,
             "codec": self.codec,
             "settings": self.settings,
-            "cache_shard_indexes": self.index_cache is not None,
+            "cache_shard_indexes": self._trust_indexes,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -331,66 +336,22 @@ class ArrayEngine:
         cps = sh.chunks_per_shard
         flat = [int(np.ravel_multi_index(b, cps)) for b in blocks]
         remote = is_remote(store)
-        cache = self.index_cache if remote else None
-        cached = None if cache is None or len(blocks) == sh.n_inner else cache.get(req.key)
         try:
-            if len(blocks) == sh.n_inner or (
-                remote and cached is None and self._fetch_whole(len(blocks))
-            ):
-                # One request, index included: every inner chunk is needed, or the unneeded
-                # bytes cost less than the round trip a separate index read would.
-                raw = store.get(req.key, pool)
-                if raw is None:
-                    return result
-                u8, table = sh.split(raw)
-                sources = {
-                    i: u8[int(table[i, 0]) : int(table[i, 0]) + int(table[i, 1])]
-                    for i in flat
-                    if table[i, 0] != EMPTY
-                }
-                if cache is not None:
-                    cache.put(req.key, table, u8.nbytes)
+            if len(blocks) == sh.n_inner:
+                got = self._fetch_whole_shard(store, sh, req.key, flat, pool, remote)
             elif (opener := getattr(store, "open_object", None)) is not None:
                 reader = opener(req.key)
                 if reader is None:
                     return result
                 try:
-                    table, sources = self._read_shard_version(sh, req.key, reader, flat)
+                    got = self._read_shard_version(sh, req.key, reader, flat)
                 finally:
                     reader.close()
             else:
-                fetched = cached or self._fetch_shard_index(store, sh, req.key)
-                if fetched is None:
-                    return result
-                table, size = fetched
-                try:
-                    sources = self._fetch_inner_ranges(
-                        functools.partial(store.get_ranges, req.key),
-                        req.key,
-                        table,
-                        flat,
-                        size,
-                        remote=remote,
-                    )
-                except CorruptChunkError:
-                    if cached is None or cache is None:
-                        raise
-                    # Rewritten by someone else since the index was cached: read it again.
-                    cache.discard(req.key)
-                    fetched = self._fetch_shard_index(store, sh, req.key)
-                    if fetched is None:
-                        return result
-                    table, size = fetched
-                    sources = self._fetch_inner_ranges(
-                        functools.partial(store.get_ranges, req.key),
-                        req.key,
-                        table,
-                        flat,
-                        size,
-                        remote=remote,
-                    )
-                if cache is not None and cached is None:
-                    cache.put(req.key, table, size)
+                got = self._fetch_partial_shard(store, sh, req.key, flat, pool, remote)
+            if got is None:
+                return result
+            table, sources = got
         except CorruptChunkError as exc:
             where = _where(req.key, self.spec.path).replace("chunk", "shard", 1)
             raise CorruptChunkError(f"Corrupt {where}: {exc}") from exc
@@ -413,6 +374,110 @@ class ArrayEngine:
             tuple(hi_ - lo_ for lo_, hi_ in zip(lo, hi, strict=True)), self.codec.dtype
         )
         return result
+
+    def _usable_index(
+        self, store: ChunkStore, key: str
+    ) -> tuple[npt.NDArray[np.uint64], int | None, object] | None:
+        """A cached index of shard ``key`` that may be used with ``store``, or ``None``.
+
+        An index cached with the shard's version (ETag) is always usable: ranges are then
+        fetched only if the shard still has that version. One without a version is used only
+        when this engine trusts its cache (the explicit API; see ``cache_shard_indexes``).
+        """
+        if self.index_cache is None:
+            return None
+        entry = self.index_cache.peek(key)
+        if entry is None:
+            return None
+        if entry[2] is None and not (self._trust_indexes and is_remote(store)):
+            return None
+        return entry
+
+    def _fetch_whole_shard(
+        self,
+        store: ChunkStore,
+        sh: ShardingCodec,
+        key: str,
+        flat: list[int],
+        pool: BufferPool | None,
+        remote: bool,
+    ) -> tuple[npt.NDArray[np.uint64], dict[int, Buf]] | None:
+        """One request for the whole shard, index included; its index is cached if remote."""
+        version: str | None = None
+        get_versioned = getattr(store, "get_versioned", None) if remote else None
+        if get_versioned is not None:
+            got = get_versioned(key)
+            if got is None:
+                return None
+            raw, version = got
+        else:
+            raw = store.get(key, pool)
+            if raw is None:
+                return None
+        u8, table = sh.split(raw)
+        sources = {
+            i: u8[int(table[i, 0]) : int(table[i, 0]) + int(table[i, 1])]
+            for i in flat
+            if table[i, 0] != EMPTY
+        }
+        if remote and self.index_cache is not None:
+            self.index_cache.put(key, table, u8.nbytes, version)
+        return table, sources
+
+    def _fetch_partial_shard(
+        self,
+        store: ChunkStore,
+        sh: ShardingCodec,
+        key: str,
+        flat: list[int],
+        pool: BufferPool | None,
+        remote: bool,
+    ) -> tuple[npt.NDArray[np.uint64], dict[int, Buf]] | None:
+        """Some inner chunks of a shard on a store without ``open_object`` (remote stores).
+
+        With a usable cached index: one batch of ranges. Without: the whole shard in one
+        request if the unneeded bytes are few (``Settings.max_overfetch``), else the index
+        (one suffix request) and then the ranges. On stores with versions the ranges are
+        conditional on the index's version, so an index and data of different versions are
+        never combined; a stale or inconsistent cached index is re-read once.
+        """
+        entry = self._usable_index(store, key) if remote else None
+        if entry is None and remote and self._fetch_whole(len(flat)):
+            return self._fetch_whole_shard(store, sh, key, flat, pool, remote)
+        ranges_if = getattr(store, "get_ranges_if", None)
+        for attempt in range(3):
+            cached = entry is not None
+            if entry is None:
+                entry = self._fetch_shard_index(store, sh, key)
+                if entry is None:
+                    return None
+            table, size, version = entry
+            fetch: Callable[[list[tuple[int, int]]], list[Buf] | None]
+            if ranges_if is not None and version is not None:
+                fetch = functools.partial(ranges_if, key, version=version)
+            else:
+                fetch = functools.partial(store.get_ranges, key)
+            try:
+                sources = self._fetch_inner_ranges(fetch, key, table, flat, size, remote=remote)
+            except StaleObjectError:
+                # Rewritten since the index was read (cached, or just now by a racing writer).
+                if self.index_cache is not None:
+                    self.index_cache.discard(key)
+                if attempt == 2:
+                    raise
+                entry = None
+                continue
+            except CorruptChunkError:
+                if not cached or self.index_cache is None:
+                    raise
+                # A cached index without a version, found stale: read it again.
+                self.index_cache.discard(key)
+                entry = None
+                continue
+            if not cached and remote and self.index_cache is not None:
+                self.index_cache.put(key, table, size, version)
+            return table, sources
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _read_shard_version(
         self, sh: ShardingCodec, key: str, reader: ObjectReader, flat: list[int]
@@ -443,22 +508,31 @@ class ArrayEngine:
 
     def _fetch_shard_index(
         self, store: ChunkStore, sh: ShardingCodec, key: str
-    ) -> tuple[npt.NDArray[np.uint64], int | None] | None:
+    ) -> tuple[npt.NDArray[np.uint64], int | None, str | None] | None:
+        """The shard's decoded index, its size if known and its version (ETag) if known."""
         n = sh.index_nbytes
         if sh.index_location == "end":
-            got = store.get_suffix(key, n)
-            if got is None:
-                return None
-            raw, size = got
+            version: str | None = None
+            suffix_versioned = getattr(store, "get_suffix_versioned", None)
+            if suffix_versioned is not None:
+                got3 = suffix_versioned(key, n)
+                if got3 is None:
+                    return None
+                raw, size, version = got3
+            else:
+                got = store.get_suffix(key, n)
+                if got is None:
+                    return None
+                raw, size = got
             got_n = memoryview(raw).nbytes
             if (size if size is not None else got_n) < n:
                 short = size if size is not None else got_n
                 raise CorruptChunkError(f"shard is {short} bytes, shorter than its {n}-byte index")
-            return sh.decode_index(raw, shard_nbytes=size), size
+            return sh.decode_index(raw, shard_nbytes=size), size, version
         parts = store.get_ranges(key, [(0, n)])
         if parts is None:
             return None
-        return sh.decode_index(parts[0], shard_nbytes=None), None
+        return sh.decode_index(parts[0], shard_nbytes=None), None, None
 
     def _fetch_whole(self, n_needed: int) -> bool:
         """Whether a remote partial read of ``n_needed`` inner chunks should fetch the shard.

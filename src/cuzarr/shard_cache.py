@@ -55,6 +55,17 @@ class ShardIndexCache:
             self.hits += 1
             return entry[0], entry[1]
 
+    def peek(self, key: str) -> tuple[npt.NDArray[np.uint64], int | None, object] | None:
+        """The cached ``(table, size, token)`` of shard ``key`` whatever its token, or ``None``."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return entry
+
     def put(
         self, key: str, table: npt.NDArray[np.uint64], size: int | None, token: object = None
     ) -> None:

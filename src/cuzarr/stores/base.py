@@ -13,8 +13,17 @@ import numpy as np
 import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf
+from cuzarr.errors import StoreError
 
-__all__ = ["BufferPool", "ChunkStore", "ObjectReader", "Scratch"]
+__all__ = ["BufferPool", "ChunkStore", "ObjectReader", "Scratch", "StaleObjectError"]
+
+
+class StaleObjectError(StoreError):
+    """An object changed since the version a read was conditional on (HTTP 412 on If-Match).
+
+    Raised by stores with versioned reads (``get_ranges_if``); the engine re-reads the shard
+    index once and retries.
+    """
 
 
 class Scratch:

@@ -143,6 +143,22 @@ class CachedChunkStore:
         self.cache.put(key, value, generation)
         return value
 
+    def get_versioned(self, key: str) -> tuple[Buf, str | None] | None:
+        """A whole object and its version: cached (version unknown), or fetched and kept."""
+        hit = self.cache.lookup(key)
+        if hit is not None:
+            return None if hit is _MISSING else (hit, None)
+        generation = self.cache.generation
+        inner = getattr(self.inner, "get_versioned", None)
+        got: tuple[Buf, str | None] | None
+        if inner is not None:
+            got = inner(key)
+        else:
+            value = self.inner.get(key)
+            got = None if value is None else (value, None)
+        self.cache.put(key, None if got is None else got[0], generation)
+        return got
+
     def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
         """Copy an object into ``out`` when the sizes match; return its size."""
         data = self.get(key)
@@ -161,6 +177,35 @@ class CachedChunkStore:
         if hit is _MISSING:
             return None
         return [hit[start : start + length] for start, length in ranges]
+
+    def get_ranges_if(
+        self, key: str, ranges: list[tuple[int, int]], version: str | None
+    ) -> list[Buf] | None:
+        """Byte ranges: of a cached object, else from the store, conditional on ``version``."""
+        hit = self.cache.lookup(key)
+        if hit is not None:
+            if hit is _MISSING:
+                return None
+            return [hit[start : start + length] for start, length in ranges]
+        inner = getattr(self.inner, "get_ranges_if", None)
+        if inner is None or version is None:
+            return self.inner.get_ranges(key, ranges)
+        return inner(key, ranges, version)  # type: ignore[no-any-return]
+
+    def get_suffix_versioned(
+        self, key: str, length: int
+    ) -> tuple[Buf, int | None, str | None] | None:
+        """The last ``length`` bytes, the size and the version (unknown for cached objects)."""
+        hit = self.cache.lookup(key)
+        if hit is not None:
+            if hit is _MISSING:
+                return None
+            return hit[max(0, hit.nbytes - length) :], int(hit.nbytes), None
+        inner = getattr(self.inner, "get_suffix_versioned", None)
+        if inner is not None:
+            return inner(key, length)  # type: ignore[no-any-return]
+        got = self.inner.get_suffix(key, length)
+        return None if got is None else (got[0], got[1], None)
 
     def get_suffix(self, key: str, length: int) -> tuple[Buf, int | None] | None:
         """The last ``length`` bytes and the size: from a cached object, else the store."""

@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.errors import NodeNotFoundError, StoreError
-from cuzarr.stores.base import BufferPool, Scratch
+from cuzarr.stores.base import BufferPool, Scratch, StaleObjectError
 
 __all__ = [
     "OBJECT_STORE_SCHEMES",
@@ -226,6 +226,13 @@ class ObstoreChunkStore:
         got = self._call(self._get(key), "read", key)
         return None if got is None else np.frombuffer(got[0], np.uint8)
 
+    def get_versioned(self, key: str) -> tuple[Buf, str | None] | None:
+        """Fetch a whole object (one GET) and its ETag; ``None`` if missing."""
+        got = self._call(self._get(key), "read", key)
+        if got is None:
+            return None
+        return np.frombuffer(got[0], np.uint8), got[1].get("e_tag")
+
     def get_for_update(self, key: str) -> Buf | None:
         """Fetch an object that the calling thread is about to rewrite.
 
@@ -284,17 +291,74 @@ class ObstoreChunkStore:
             return None
         return [b if isinstance(b, np.ndarray) else np.frombuffer(b, np.uint8) for b in got]
 
-    async def _suffix(self, key: str, length: int) -> tuple[Any, int] | None:
+    async def _range_if(self, key: str, start: int, length: int, version: str) -> Any:
         import obstore
-        from obstore.exceptions import NotSupportedError
 
-        async def suffix() -> tuple[Any, int] | None:
+        if length <= 0:
+            return _NO_BYTES
+
+        async def one() -> Any:
+            try:
+                result = await obstore.get_async(
+                    self._store,
+                    key,
+                    options={"range": (start, start + length), "if_match": version},
+                )
+                return await result.bytes_async()
+            except Exception as exc:
+                if _is_status(exc, 416):
+                    return _NO_BYTES
+                raise
+
+        return await self._guard(one)
+
+    async def _ranges_if(
+        self, key: str, ranges: list[tuple[int, int]], version: str
+    ) -> list[Any] | None:
+        from obstore.exceptions import PreconditionError
+
+        try:
+            return list(
+                await asyncio.gather(*(self._range_if(key, s, n, version) for s, n in ranges))
+            )
+        except PreconditionError as exc:
+            raise StaleObjectError(
+                f"'{key}' in {self.name} changed since its version {version} was read"
+            ) from exc
+        except Exception as exc:
+            if self._missing(exc):
+                return None
+            raise
+
+    def get_ranges_if(
+        self, key: str, ranges: list[tuple[int, int]], version: str | None
+    ) -> list[Buf] | None:
+        """Byte ranges of one object, only if it still has ETag ``version`` (``If-Match``).
+
+        Raises
+        ------
+        StaleObjectError
+            If the object changed since (the server answered 412 Precondition Failed).
+        """
+        if version is None:
+            return self.get_ranges(key, ranges)
+        got = self._call(self._ranges_if(key, ranges, version), "read ranges of", key)
+        if got is None:
+            return None
+        return [b if isinstance(b, np.ndarray) else np.frombuffer(b, np.uint8) for b in got]
+
+    async def _suffix(self, key: str, length: int) -> tuple[Any, int, str | None] | None:
+        import obstore
+        from obstore.exceptions import NotSupportedError, PreconditionError
+
+        async def suffix() -> tuple[Any, int, str | None] | None:
             try:
                 try:
                     result = await obstore.get_async(
                         self._store, key, options={"range": {"suffix": length}}
                     )
-                    return await result.bytes_async(), int(result.meta["size"])
+                    meta = result.meta
+                    return await result.bytes_async(), int(meta["size"]), meta.get("e_tag")
                 except NotSupportedError:
                     pass  # Azure has no suffix requests: size first, then the range
                 except Exception as exc:
@@ -303,11 +367,20 @@ class ObstoreChunkStore:
                     # An empty object has no suffix to return.
                 head = await obstore.head_async(self._store, key)
                 size = int(head["size"])
+                tag = head.get("e_tag")
                 start = max(0, size - length)
                 if size == start:
-                    return _NO_BYTES, size
-                data = await obstore.get_range_async(self._store, key, start=start, end=size)
-                return data, size
+                    return _NO_BYTES, size, tag
+                if tag is None:
+                    data = await obstore.get_range_async(self._store, key, start=start, end=size)
+                else:
+                    got = await obstore.get_async(
+                        self._store, key, options={"range": (start, size), "if_match": tag}
+                    )
+                    data = await got.bytes_async()
+                return data, size, tag
+            except PreconditionError as exc:  # Azure's HEAD-then-range raced a writer
+                raise StaleObjectError(f"'{key}' in {self.name} changed while read") from exc
             except Exception as exc:
                 if self._missing(exc):
                     return None
@@ -317,11 +390,17 @@ class ObstoreChunkStore:
 
     def get_suffix(self, key: str, length: int) -> tuple[Buf, int] | None:
         """Fetch the last ``length`` bytes and the object's size in one request."""
+        got = self.get_suffix_versioned(key, length)
+        return None if got is None else (got[0], got[1])
+
+    def get_suffix_versioned(self, key: str, length: int) -> tuple[Buf, int, str | None] | None:
+        """The last ``length`` bytes, the object's size and its ETag, in one request."""
         got = self._call(self._suffix(key, length), "read the end of", key)
         if got is None:
             return None
-        data, size = got
-        return (data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)), size
+        data, size, tag = got
+        u8 = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
+        return u8, size, tag
 
     # ------------------------------------------------------------------ writes
 
@@ -440,6 +519,13 @@ def _durations(options: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _env_endpoint(url: str) -> str:
+    """The endpoint an S3 URL gets from the environment (``AWS_ENDPOINT_URL``), if any."""
+    if not url.startswith(("s3://", "s3a://")):
+        return ""
+    return os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT") or ""
+
+
 def split_storage_options(
     url: str, storage_options: Mapping[str, Any] | None
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None, int | None]:
@@ -470,8 +556,12 @@ def split_storage_options(
         config[name] = v
     if "skip_signature" in config:
         config["skip_signature"] = bool(config["skip_signature"])
-    endpoint = str(config.get("endpoint", ""))
-    if endpoint.startswith("http://") or url.startswith("http://"):
+    endpoint = str(config.get("endpoint", "") or _env_endpoint(url))
+    if (
+        endpoint.startswith("http://")
+        or url.startswith("http://")
+        or os.environ.get("AWS_ALLOW_HTTP", "").strip().lower() in ("1", "true", "yes")
+    ):
         client.setdefault("allow_http", True)
     return (
         config,
