@@ -2,8 +2,9 @@
 
 A loopback HTTP server serves a local Zarr folder and sleeps ``--latency`` (20 ms) before each
 response: every request costs what it costs on an object store, whatever the client. It
-answers ranged GETs (``bytes=a-b``, ``bytes=-n``) and HEADs, counts requests and bytes, and
-listens on 127.0.0.1 only. The same workload (several windows, each a partial read of one to
+answers ranged GETs (``bytes=a-b``, ``bytes=-n``) and HEADs with an ETag, honours
+``If-Match`` (412 when the object changed), as S3 and common HTTP servers do, counts requests
+and bytes, and listens on 127.0.0.1 only. The same workload (several windows, each a partial read of one to
 four shards) is read by:
 
 - ``zarr``: zarr-python's default pipeline on its ``FsspecStore`` (fsspec's HTTP filesystem);
@@ -113,13 +114,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path is None:
             self._reply(404, b"", {})
             return
-        size = path.stat().st_size
+        st = path.stat()
         time.sleep(self.server.latency)
         with self.server.lock:
             self.server.requests += 1
         self.send_response(200)
-        self.send_header("Content-Length", str(size))
+        self.send_header("Content-Length", str(st.st_size))
         self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", _etag(st))
         self.end_headers()
 
     def do_GET(self) -> None:
@@ -127,11 +129,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path is None:
             self._reply(404, b"", {})
             return
+        etag = _etag(path.stat())
         data = path.read_bytes()
         size = len(data)
+        wanted = self.headers.get("If-Match")
+        if wanted is not None and wanted.strip() not in ("*", etag):
+            self._reply(412, b"", {"ETag": etag})
+            return
         rng = self.headers.get("Range")
         if rng is None:
-            self._reply(200, data, {"Accept-Ranges": "bytes"})
+            self._reply(200, data, {"Accept-Ranges": "bytes", "ETag": etag})
             return
         m = re.fullmatch(r"bytes=(\d*)-(\d*)", rng.strip())
         if m is None:
@@ -146,7 +153,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if start >= size or end < start:
             self._reply(416, b"", {"Content-Range": f"bytes */{size}"})
             return
-        self._reply(206, data[start : end + 1], {"Content-Range": f"bytes {start}-{end}/{size}"})
+        self._reply(
+            206, data[start : end + 1], {"Content-Range": f"bytes {start}-{end}/{size}", "ETag": etag}
+        )
+
+
+def _etag(st: os.stat_result) -> str:
+    return f'"{st.st_size:x}-{st.st_mtime_ns:x}"'
 
 
 def make_data(path: Path) -> np.ndarray:
