@@ -4,8 +4,8 @@ A loopback HTTP server serves a local Zarr folder and sleeps ``--latency`` (20 m
 response: every request costs what it costs on an object store, whatever the client. It
 answers ranged GETs (``bytes=a-b``, ``bytes=-n``) and HEADs with an ETag, honours
 ``If-Match`` (412 when the object changed), as S3 and common HTTP servers do, counts requests
-and bytes, and listens on 127.0.0.1 only. The same workload (several windows, each a partial read of one to
-four shards) is read by:
+and bytes, and listens on 127.0.0.1 only. The same workload (several windows, each a partial
+read of one to four shards) is read by:
 
 - ``zarr``: zarr-python's default pipeline on its ``FsspecStore`` (fsspec's HTTP filesystem);
 - ``zarr-obstore``: zarr-python's default pipeline on its ``ObjectStore`` (obstore HTTPStore);
@@ -153,9 +153,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if start >= size or end < start:
             self._reply(416, b"", {"Content-Range": f"bytes */{size}"})
             return
-        self._reply(
-            206, data[start : end + 1], {"Content-Range": f"bytes {start}-{end}/{size}", "ETag": etag}
-        )
+        headers = {"Content-Range": f"bytes {start}-{end}/{size}", "ETag": etag}
+        self._reply(206, data[start : end + 1], headers)
 
 
 def _etag(st: os.stat_result) -> str:
