@@ -97,6 +97,9 @@ class _ShardRead:
 
     request: ChunkRequest
     present: bool
+    #: Where the request's selection goes, and the axes it drops.
+    out: npt.NDArray[Any] | None = None
+    drop_axes: tuple[int, ...] = ()
     table: npt.NDArray[np.uint64] | None = None
     sources: dict[int, Buf] = field(default_factory=dict)
     dest: npt.NDArray[Any] | None = None
@@ -243,6 +246,41 @@ class ArrayEngine:
 
         return parallel_map(one, requests, io_threads(store, self.settings))
 
+    def read_batch(
+        self,
+        store: ChunkStore,
+        jobs: Sequence[tuple[Sequence[ChunkRequest], npt.NDArray[Any]]],
+    ) -> None:
+        """Read the requests of several selections, each into its own output, as one batch.
+
+        A chunk or shard touched by several selections is fetched (and a chunk decoded) once;
+        the fetches of every selection are in flight together, so on an object store a batch
+        of windows costs the round trips of one.
+        """
+        items = [(req, out, ()) for reqs, out in jobs for req in reqs]
+        if self.sharding is not None:
+            self._read_shard_items(store, items)
+            return
+        groups: dict[str, list[tuple[ChunkRequest, npt.NDArray[Any]]]] = {}
+        for req, out, _drop in items:
+            groups.setdefault(req.key, []).append((req, out))
+
+        def one(key: str) -> None:
+            members = groups[key]
+            if len(members) == 1:
+                self._read_chunk(store, members[0][0], members[0][1], ())
+                return
+            raw = store.get(key, self._scratch)
+            if raw is None:
+                for req, out in members:
+                    out[req.out_selection] = self.fill
+                return
+            chunk = self._decode(self.codec, key, raw)
+            for req, out in members:
+                out[req.out_selection] = chunk[req.chunk_selection]
+
+        parallel_map(one, list(groups), io_threads(store, self.settings))
+
     def _read_chunk(
         self,
         store: ChunkStore,
@@ -289,21 +327,40 @@ class ArrayEngine:
         out: npt.NDArray[Any],
         drop_axes: tuple[int, ...],
     ) -> list[bool]:
+        return self._read_shard_items(store, [(req, out, drop_axes) for req in requests])
+
+    def _read_shard_items(
+        self,
+        store: ChunkStore,
+        items: Sequence[tuple[ChunkRequest, npt.NDArray[Any], tuple[int, ...]]],
+    ) -> list[bool]:
+        """Read ``(request, out, drop_axes)`` items of a sharded array; return presence per item.
+
+        Items on the same shard (from different selections of a batch) share one fetch: the
+        union of their inner chunks is fetched once, then each item is decoded and scattered
+        into its own output.
+        """
         sh = self.sharding
         assert sh is not None
+        groups: dict[str, list[int]] = {}
+        for i, (req, _out, _drop) in enumerate(items):
+            groups.setdefault(req.key, []).append(i)
+        keys = list(groups)
         shard_nbytes = max(1, self.codec.nbytes)
         per_wave = max(1, self.settings.max_bytes_in_flight // shard_nbytes)
-        results: list[bool] = []
+        results: list[bool] = [False] * len(items)
         pool = BufferPool()
-        for w in range(0, len(requests), per_wave):
-            wave = requests[w : w + per_wave]
+        for w in range(0, len(keys), per_wave):
+            wave = keys[w : w + per_wave]
 
-            def fetch(req: ChunkRequest) -> _ShardRead:
-                return self._fetch_shard(store, sh, req, out, drop_axes, pool)
+            def fetch(key: str) -> list[tuple[int, _ShardRead]]:
+                members = [(i, *items[i]) for i in groups[key]]
+                return self._fetch_shard_group(store, sh, key, members, pool)
 
-            reads = parallel_map(fetch, wave, io_threads(store, self.settings))
+            fetched = parallel_map(fetch, wave, io_threads(store, self.settings))
+            reads = [pair for group in fetched for pair in group]
             tasks: list[tuple[_ShardRead, tuple[int, ...]]] = [
-                (r, b) for r in reads if r.present for b in r.blocks
+                (r, b) for _i, r in reads if r.present for b in r.blocks
             ]
 
             def decode(task: tuple[_ShardRead, tuple[int, ...]]) -> None:
@@ -311,12 +368,61 @@ class ArrayEngine:
 
             parallel_map(decode, tasks, self.settings.n_threads)
 
-            def scatter(r: _ShardRead) -> bool:
-                return self._scatter_shard(r, out, drop_axes)
+            def scatter(pair: tuple[int, _ShardRead]) -> None:
+                results[pair[0]] = self._scatter_shard(pair[1])
 
-            results.extend(parallel_map(scatter, reads, self.settings.n_threads))
+            parallel_map(scatter, reads, self.settings.n_threads)
             pool.release()
         return results
+
+    def _fetch_shard_group(
+        self,
+        store: ChunkStore,
+        sh: ShardingCodec,
+        key: str,
+        members: list[tuple[int, ChunkRequest, npt.NDArray[Any], tuple[int, ...]]],
+        pool: BufferPool | None = None,
+    ) -> list[tuple[int, _ShardRead]]:
+        """Phase one for the items of one shard: fetch the union of their inner chunks once."""
+        shard_shape = self.codec.shape
+        reads: list[tuple[int, _ShardRead, list[npt.NDArray[np.intp]]]] = []
+        union: set[int] = set()
+        cps = sh.chunks_per_shard
+        for i, req, out, drop_axes in members:
+            per_dim = needed_blocks(req.chunk_selection, sh.chunk_shape, shard_shape)
+            blocks = list(iter_blocks(per_dim))
+            r = _ShardRead(
+                request=req, present=False, out=out, drop_axes=drop_axes, blocks=blocks
+            )
+            reads.append((i, r, per_dim))
+            union.update(int(np.ravel_multi_index(b, cps)) for b in blocks)
+        if not union:
+            return [(i, r) for i, r, _ in reads]
+        flat = sorted(union)
+        remote = is_remote(store)
+        try:
+            if len(flat) == sh.n_inner:
+                got = self._fetch_whole_shard(store, sh, key, flat, pool, remote)
+            elif (opener := getattr(store, "open_object", None)) is not None:
+                reader = opener(key)
+                if reader is None:
+                    return [(i, r) for i, r, _ in reads]
+                try:
+                    got = self._read_shard_version(sh, key, reader, flat)
+                finally:
+                    reader.close()
+            else:
+                got = self._fetch_partial_shard(store, sh, key, flat, pool, remote)
+        except CorruptChunkError as exc:
+            where = _where(key, self.spec.path).replace("chunk", "shard", 1)
+            raise CorruptChunkError(f"Corrupt {where}: {exc}") from exc
+        if got is None:
+            return [(i, r) for i, r, _ in reads]
+        table, sources = got
+        for _i, r, per_dim in reads:
+            if r.blocks:
+                self._prepare_dest(sh, r, per_dim, table, sources)
+        return [(i, r) for i, r, _ in reads]
 
     def _fetch_shard(
         self,
@@ -327,53 +433,41 @@ class ArrayEngine:
         drop_axes: tuple[int, ...],
         pool: BufferPool | None = None,
     ) -> _ShardRead:
+        """Phase one for a single request (the GPU backend plans its reads with it)."""
+        return self._fetch_shard_group(store, sh, req.key, [(0, req, out, drop_axes)], pool)[0][1]
+
+    def _prepare_dest(
+        self,
+        sh: ShardingCodec,
+        r: _ShardRead,
+        per_dim: list[npt.NDArray[np.intp]],
+        table: npt.NDArray[np.uint64],
+        sources: dict[int, Buf],
+    ) -> None:
+        """Mark ``r`` present and give it a destination for its inner chunks.
+
+        The output itself for a whole-shard box read, else a buffer over the bounding box of
+        the needed inner chunks.
+        """
+        req = r.request
         shard_shape = self.codec.shape
-        per_dim = needed_blocks(req.chunk_selection, sh.chunk_shape, shard_shape)
-        blocks = list(iter_blocks(per_dim))
-        result = _ShardRead(request=req, present=False, blocks=blocks)
-        if not blocks:
-            return result
-        cps = sh.chunks_per_shard
-        flat = [int(np.ravel_multi_index(b, cps)) for b in blocks]
-        remote = is_remote(store)
-        try:
-            if len(blocks) == sh.n_inner:
-                got = self._fetch_whole_shard(store, sh, req.key, flat, pool, remote)
-            elif (opener := getattr(store, "open_object", None)) is not None:
-                reader = opener(req.key)
-                if reader is None:
-                    return result
-                try:
-                    got = self._read_shard_version(sh, req.key, reader, flat)
-                finally:
-                    reader.close()
-            else:
-                got = self._fetch_partial_shard(store, sh, req.key, flat, pool, remote)
-            if got is None:
-                return result
-            table, sources = got
-        except CorruptChunkError as exc:
-            where = _where(req.key, self.spec.path).replace("chunk", "shard", 1)
-            raise CorruptChunkError(f"Corrupt {where}: {exc}") from exc
-        result.present = True
-        result.table = table
-        result.sources = sources
-        # Destination: the output itself for a whole-shard box read, else a buffer over the
-        # bounding box of the needed inner chunks.
-        if not drop_axes and is_full(req.chunk_selection, shard_shape):
-            dest = _view(out, req.out_selection)
+        r.present = True
+        r.table = table
+        r.sources = sources
+        if not r.drop_axes and is_full(req.chunk_selection, shard_shape):
+            assert r.out is not None
+            dest = _view(r.out, req.out_selection)
             if dest is not None and dest.shape == shard_shape:
-                result.dest = dest
-                result.in_place = True
-                result.origin = (0,) * len(shard_shape)
-                return result
+                r.dest = dest
+                r.in_place = True
+                r.origin = (0,) * len(shard_shape)
+                return
         lo = tuple(int(d[0]) * c for d, c in zip(per_dim, sh.chunk_shape, strict=True))
         hi = tuple((int(d[-1]) + 1) * c for d, c in zip(per_dim, sh.chunk_shape, strict=True))
-        result.origin = lo
-        result.dest = np.empty(
+        r.origin = lo
+        r.dest = np.empty(
             tuple(hi_ - lo_ for lo_, hi_ in zip(lo, hi, strict=True)), self.codec.dtype
         )
-        return result
 
     def _usable_index(
         self, store: ChunkStore, key: str
@@ -592,10 +686,10 @@ class ArrayEngine:
             return
         self._decode_into(sh.inner, f"{r.request.key}[inner chunk {block}]", src, dest)
 
-    def _scatter_shard(
-        self, r: _ShardRead, out: npt.NDArray[Any], drop_axes: tuple[int, ...]
-    ) -> bool:
+    def _scatter_shard(self, r: _ShardRead) -> bool:
         req = r.request
+        out = r.out
+        assert out is not None
         if not r.present:
             out[req.out_selection] = self.fill
             return False
@@ -604,8 +698,8 @@ class ArrayEngine:
             return True
         sel = rebase(req.chunk_selection, r.origin, r.dest.shape)
         selected = r.dest[sel]
-        if drop_axes:
-            selected = selected.squeeze(axis=drop_axes)
+        if r.drop_axes:
+            selected = selected.squeeze(axis=r.drop_axes)
         out[req.out_selection] = selected
         return True
 
