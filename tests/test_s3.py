@@ -589,6 +589,22 @@ def test_zarr_pipeline_caches_indexes_only_with_versions(
         assert sum(1 for g in gets if g.range.startswith("bytes=-")) == 1
 
 
+def test_read_many_fetches_each_shard_once(
+    s3: S3, bucket: str, sharded: tuple[str, np.ndarray]
+) -> None:
+    url, expected = sharded
+    a = cuzarr.open(url, storage_options=s3.options())
+    assert isinstance(a, cuzarr.Array)
+    windows = [np.s_[0:8, 0:8], np.s_[4:12, 4:12], np.s_[40:48, 40:48], np.s_[20:44, 20:44]]
+    s3.log.clear()
+    got = a.read_many(windows)
+    for w, value in zip(windows, got, strict=True):
+        np.testing.assert_array_equal(value, expected[w])
+    gets = s3.log.for_bucket(bucket, "GET")
+    shards = [f"/{bucket}/s.zarr/c/{i}/{j}" for i in (0, 1) for j in (0, 1)]
+    assert sorted(g.path for g in gets) == sorted(shards)  # each shard once, whole
+
+
 def test_own_writes_invalidate_cached_indexes(
     s3: S3, bucket: str, sharded: tuple[str, np.ndarray]
 ) -> None:
