@@ -31,6 +31,7 @@ from cuzarr import _zarr_compat as compat
 from cuzarr.backends.cpu import parallel_map
 from cuzarr.codecs.base import Buf
 from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
+from cuzarr.codecs.numcodecs_ import zstd_decode_many
 from cuzarr.codecs.sharding import EMPTY, ShardingCodec
 from cuzarr.config import Settings
 from cuzarr.errors import CorruptChunkError, CuzarrError, MetadataError
@@ -45,6 +46,11 @@ from cuzarr.stores.base import BufferPool, ChunkStore, ObjectReader, Scratch, St
 __all__ = ["ArrayEngine"]
 
 Codec = ChunkCodec | V2ChunkCodec
+
+#: Chunks per task of the batched zstd read path, and the largest chunk it takes (larger
+#: chunks decode straight into the output, where a batch would add a copy).
+_ZSTD_BATCH = 64
+_ZSTD_BATCH_MAX_CHUNK = 128 * 1024
 
 
 def _where(key: str, path: str) -> str:
@@ -241,10 +247,73 @@ class ArrayEngine:
         if self.sharding is not None:
             return self._read_sharded(store, requests, out, drop_axes)
 
+        if (
+            len(requests) >= 2 * _ZSTD_BATCH
+            and self.codec.zstd_frames
+            and self.codec.nbytes <= _ZSTD_BATCH_MAX_CHUNK
+            and not is_remote(store)
+        ):
+            return self._read_zstd_batches(store, requests, out, drop_axes)
+
         def one(req: ChunkRequest) -> bool:
             return self._read_chunk(store, req, out, drop_axes)
 
         return parallel_map(one, requests, io_threads(store, self.settings))
+
+    def _read_zstd_batches(
+        self,
+        store: ChunkStore,
+        requests: Sequence[ChunkRequest],
+        out: npt.NDArray[Any],
+        drop_axes: tuple[int, ...],
+    ) -> list[bool]:
+        """Many small zstd chunks of a local store: read and decode them in batches.
+
+        Each task reads ``_ZSTD_BATCH`` chunks, decodes them in one GIL-free call
+        (:func:`~cuzarr.codecs.numcodecs_.zstd_decode_many`) and copies them into the output.
+        Per chunk this saves the Python of a separate decode and, with several threads, the
+        GIL hand-over around every decode. A batch with any bad frame is read again chunk by
+        chunk, which names the chunk in its error.
+        """
+        codec = self.codec
+        shape, dtype, size = codec.shape, codec.dtype, codec.nbytes
+        results = [False] * len(requests)
+        # A zstd frame of ``size`` bytes is at most ZSTD_COMPRESSBOUND(size) plus its header
+        # and checksum; anything longer is not a well-formed chunk (read again one by one).
+        limit = size + (size >> 8) + (((128 << 10) - size) >> 11 if size < (128 << 10) else 0)
+        limit += 64
+        small = getattr(store, "get_small", None)
+
+        def fetch(key: str) -> Buf | None:
+            return small(key, limit) if small is not None else store.get(key)
+
+        def run(lo: int) -> None:
+            batch = requests[lo : lo + _ZSTD_BATCH]
+            raws = [fetch(req.key) for req in batch]
+            present = [i for i, raw in enumerate(raws) if raw is not None]
+            frames = [raw for raw in raws if raw is not None]
+            try:
+                if any(memoryview(f).nbytes > limit for f in frames):
+                    raise CorruptChunkError("a chunk is larger than any zstd frame of its size")
+                decoded = zstd_decode_many(frames, size) if frames else []
+            except CorruptChunkError:
+                for i, req in enumerate(batch):
+                    results[lo + i] = self._read_chunk(store, req, out, drop_axes)
+                return
+            for i, raw in enumerate(raws):
+                if raw is None:
+                    out[batch[i].out_selection] = self.fill
+            for j, i in enumerate(present):
+                req = batch[i]
+                chunk = np.frombuffer(decoded[j], dtype).reshape(shape)
+                selected = chunk[req.chunk_selection]
+                if drop_axes:
+                    selected = selected.squeeze(axis=drop_axes)
+                out[req.out_selection] = selected
+                results[lo + i] = True
+
+        parallel_map(run, range(0, len(requests), _ZSTD_BATCH), self.settings.n_threads)
+        return results
 
     def read_batch(
         self,

@@ -117,6 +117,16 @@ class ChunkCodec:
         """Whether stored bytes are exactly the chunk's C-order memory (no codec work)."""
         return self.direct and not self.bytes_codecs
 
+    @property
+    def zstd_frames(self) -> bool:
+        """Whether stored bytes are one zstd frame of the chunk's C-order memory, nothing else."""
+        return (
+            self.direct
+            and len(self.bytes_codecs) == 1
+            and isinstance(self.bytes_codecs[0], NumcodecsBytesCodec)
+            and self.bytes_codecs[0].codec.codec_id == "zstd"
+        )
+
     def _unwrap(self, raw: Buf) -> Buf:
         """Apply all but the first ``bytes -> bytes`` decoder (checksums, outer wrappers)."""
         data = raw
@@ -216,6 +226,15 @@ class V2ChunkCodec:
     def raw(self) -> bool:
         """Whether stored bytes are exactly the chunk's C-order memory (no codec work)."""
         return self.direct and self.compressor is None
+
+    @property
+    def zstd_frames(self) -> bool:
+        """Whether stored bytes are one zstd frame of the chunk's C-order memory, nothing else."""
+        return (
+            self.direct
+            and self.compressor is not None
+            and self.compressor.codec.codec_id == "zstd"
+        )
 
     @property
     def sharding(self) -> None:

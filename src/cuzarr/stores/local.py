@@ -122,6 +122,22 @@ class LocalChunkStore:
         finally:
             os.close(fd)
 
+    def get_small(self, key: str, limit: int) -> bytes | None:
+        """A whole small file in one ``read`` call (no size lookup); ``None`` if missing.
+
+        Returns at most ``limit + 1`` bytes: a result longer than ``limit`` means the file is
+        larger than the caller expects. A short result is possible in principle (a read
+        interrupted by a signal); callers treat both as "use :meth:`get`".
+        """
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except _MISSING:
+            return None
+        try:
+            return os.read(fd, limit + 1)
+        finally:
+            os.close(fd)
+
     def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
         """Read a file straight into ``out`` (no intermediate buffer)."""
         try:
