@@ -123,3 +123,37 @@ def test_multi_frame_chunks_still_read(tmp_path: Path) -> None:
     victim.write_bytes(c.compress(raw[:64]) + c.compress(raw[64:]))
     a = cuzarr.open(path)
     assert_same_array(a[...], data)
+
+
+def test_sharded_inner_chunks_decode_in_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(12)
+    data = rng.integers(0, 500, SHAPE).astype("u2")
+    data[:, :, 16:] = 3  # fill: empty inner chunks
+    path = tmp_path / "s.zarr"
+    z = zarr.create_array(
+        zarr.storage.LocalStore(path), shape=SHAPE, chunks=CHUNKS, shards=(20, 36, 20),
+        dtype="u2", fill_value=3, compressors=zarr.codecs.ZstdCodec(level=1),
+    )
+    with use_pipeline("zarr"):
+        z[...] = data
+    calls: list[int] = []
+    real = engine.ArrayEngine._decode_inner_batch
+
+    def spy(self: Any, sh: Any, r: Any, blocks: Any) -> None:
+        calls.append(len(blocks))
+        real(self, sh, r, blocks)
+
+    monkeypatch.setattr(engine.ArrayEngine, "_decode_inner_batch", spy)
+    a = cuzarr.open(path)
+    for selection in SELECTIONS:
+        assert_same_array(a[selection], data[selection], msg=repr(selection))
+    assert calls and max(calls) == engine._ZSTD_BATCH
+    # A corrupt inner chunk in a batch: the error names the shard and the inner chunk.
+    shard = path / "c" / "1" / "0" / "0"
+    raw = bytearray(shard.read_bytes())
+    raw[10:40] = bytes(30)  # inside the first inner chunk's frame
+    shard.write_bytes(bytes(raw))
+    with pytest.raises(CorruptChunkError, match=r"c/1/0/0.*inner chunk"):
+        cuzarr.open(path)[20:40, :, :]

@@ -428,14 +428,29 @@ class ArrayEngine:
 
             fetched = parallel_map(fetch, wave, io_threads(store, self.settings))
             reads = [pair for group in fetched for pair in group]
-            tasks: list[tuple[_ShardRead, tuple[int, ...]]] = [
-                (r, b) for _i, r in reads if r.present for b in r.blocks
-            ]
+            inner = sh.inner
+            if inner.zstd_frames and inner.nbytes <= _ZSTD_BATCH_MAX_CHUNK:
+                # Small zstd inner chunks: GIL-free batches, as for small chunks.
+                batches = [
+                    (r, r.blocks[k : k + _ZSTD_BATCH])
+                    for _i, r in reads
+                    if r.present
+                    for k in range(0, len(r.blocks), _ZSTD_BATCH)
+                ]
 
-            def decode(task: tuple[_ShardRead, tuple[int, ...]]) -> None:
-                self._decode_inner(sh, *task)
+                def decode_batch(task: tuple[_ShardRead, list[tuple[int, ...]]]) -> None:
+                    self._decode_inner_batch(sh, *task)
 
-            parallel_map(decode, tasks, self.settings.n_threads)
+                parallel_map(decode_batch, batches, self.settings.n_threads)
+            else:
+                tasks: list[tuple[_ShardRead, tuple[int, ...]]] = [
+                    (r, b) for _i, r in reads if r.present for b in r.blocks
+                ]
+
+                def decode(task: tuple[_ShardRead, tuple[int, ...]]) -> None:
+                    self._decode_inner(sh, *task)
+
+                parallel_map(decode, tasks, self.settings.n_threads)
 
             def scatter(pair: tuple[int, _ShardRead]) -> None:
                 results[pair[0]] = self._scatter_shard(pair[1])
@@ -743,17 +758,50 @@ class ArrayEngine:
 
     def _decode_inner(self, sh: ShardingCodec, r: _ShardRead, block: tuple[int, ...]) -> None:
         assert r.dest is not None
-        region = tuple(
-            slice(b * c - o, (b + 1) * c - o)
-            for b, c, o in zip(block, sh.chunk_shape, r.origin, strict=True)
-        )
-        dest = r.dest[region]
+        dest = r.dest[self._inner_region(sh, r, block)]
         i = int(np.ravel_multi_index(block, sh.chunks_per_shard))
         src = r.sources.get(i)
         if src is None:
             dest[...] = self.fill
             return
         self._decode_into(sh.inner, f"{r.request.key}[inner chunk {block}]", src, dest)
+
+    def _decode_inner_batch(
+        self, sh: ShardingCodec, r: _ShardRead, blocks: list[tuple[int, ...]]
+    ) -> None:
+        """Decode some inner chunks of one shard (single zstd frames) in one GIL-free call."""
+        assert r.dest is not None
+        present: list[tuple[int, ...]] = []
+        frames: list[Buf] = []
+        for block in blocks:
+            src = r.sources.get(int(np.ravel_multi_index(block, sh.chunks_per_shard)))
+            if src is None:
+                r.dest[self._inner_region(sh, r, block)] = self.fill
+            else:
+                present.append(block)
+                frames.append(src)
+        if not frames:
+            return
+        inner = sh.inner
+        try:
+            decoded = zstd_decode_many(frames, inner.nbytes)
+        except CorruptChunkError:
+            for block in present:  # one by one: the error names the inner chunk
+                self._decode_inner(sh, r, block)
+            return
+        for j, block in enumerate(present):
+            chunk = np.frombuffer(decoded[j], inner.dtype).reshape(inner.shape)
+            r.dest[self._inner_region(sh, r, block)] = chunk
+
+    @staticmethod
+    def _inner_region(
+        sh: ShardingCodec, r: _ShardRead, block: tuple[int, ...]
+    ) -> tuple[slice, ...]:
+        """Where inner chunk ``block`` lies in ``r.dest``."""
+        return tuple(
+            slice(b * c - o, (b + 1) * c - o)
+            for b, c, o in zip(block, sh.chunk_shape, r.origin, strict=True)
+        )
 
     def _scatter_shard(self, r: _ShardRead) -> bool:
         req = r.request
