@@ -245,14 +245,30 @@ class GridIndexer:
                     complete=all(p[0][3] for p in per_dim),
                 )
             ]
+        if any(not dim for dim in per_dim):
+            return []
+        # Many chunks: the key text of each coordinate is made once per axis, not per chunk.
+        prefix, sep = self._key_prefix, self._sep
+        dims = [[(str(p[0]), p[1], p[2], p[3]) for p in dim] for dim in per_dim]
+        kept = [i for i, dim in enumerate(per_dim) if dim[0][2] is not None]
+        if len(kept) == len(per_dim):
+            return [
+                ChunkRequest(
+                    key=prefix + sep.join([c[0] for c in combo]),
+                    chunk_selection=tuple([c[1] for c in combo]),
+                    out_selection=tuple([c[2] for c in combo]),
+                    complete=all([c[3] for c in combo]),
+                )
+                for combo in itertools.product(*dims)
+            ]
         return [
             ChunkRequest(
-                key=self.key([p[0] for p in combo]),
-                chunk_selection=tuple(p[1] for p in combo),
-                out_selection=tuple(p[2] for p in combo if p[2] is not None),
-                complete=all(p[3] for p in combo),
+                key=prefix + sep.join([c[0] for c in combo]),
+                chunk_selection=tuple([c[1] for c in combo]),
+                out_selection=tuple([combo[i][2] for i in kept]),
+                complete=all([c[3] for c in combo]),
             )
-            for combo in itertools.product(*per_dim)
+            for combo in itertools.product(*dims)
         ]
 
     # ------------------------------------------------------------------ zarr's indexers
