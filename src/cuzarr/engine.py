@@ -49,7 +49,7 @@ Codec = ChunkCodec | V2ChunkCodec
 
 #: Chunks per task of the batched zstd read path, and the largest chunk it takes (larger
 #: chunks decode straight into the output, where a batch would add a copy).
-_ZSTD_BATCH = 64
+_ZSTD_BATCH = 16
 _ZSTD_BATCH_MAX_CHUNK = 128 * 1024
 
 
