@@ -605,6 +605,30 @@ def test_read_many_fetches_each_shard_once(
     assert sorted(g.path for g in gets) == sorted(shards)  # each shard once, whole
 
 
+def test_start_indexed_shards_are_versioned_too(s3: S3, bucket: str) -> None:
+    """An index at the start of the shard is a ranged read: it carries the ETag as well."""
+    expected = np.random.default_rng(8).integers(1, 1000, (64, 64)).astype("i4")
+    z = zarr.create_array(
+        zarr.storage.ObjectStore(s3.obstore(bucket, "st.zarr")),
+        shape=expected.shape, dtype="i4", chunks=(32, 32), compressors=None, fill_value=0,
+        serializer=zarr.codecs.ShardingCodec(chunk_shape=(8, 8), index_location="start"),
+    )
+    z[...] = expected
+    with cuzarr.configure(strict=True, max_overfetch=0):
+        a = zarr.open_array(zarr.storage.ObjectStore(s3.obstore(bucket, "st.zarr")), mode="r")
+        np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])
+        s3.log.clear()
+        np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])
+        gets = s3.log.for_bucket(bucket, "GET")
+        assert len(gets) == 1 and gets[0].if_match is not None
+    _shift_layout(z, expected)
+    with cuzarr.configure(strict=True, max_overfetch=0):
+        s3.log.clear()
+        np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])
+        assert [g.status for g in s3.log.for_bucket(bucket, "GET")] == [412, 206, 206]
+        np.testing.assert_array_equal(a[...], expected)
+
+
 def test_own_writes_invalidate_cached_indexes(
     s3: S3, bucket: str, sharded: tuple[str, np.ndarray]
 ) -> None:

@@ -707,6 +707,12 @@ class ArrayEngine:
                 short = size if size is not None else got_n
                 raise CorruptChunkError(f"shard is {short} bytes, shorter than its {n}-byte index")
             return sh.decode_index(raw, shard_nbytes=size), size, version
+        range_versioned = getattr(store, "get_range_versioned", None)
+        if range_versioned is not None:
+            got_v = range_versioned(key, 0, n)
+            if got_v is None:
+                return None
+            return sh.decode_index(got_v[0], shard_nbytes=None), None, got_v[1]
         parts = store.get_ranges(key, [(0, n)])
         if parts is None:
             return None

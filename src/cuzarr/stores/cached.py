@@ -192,6 +192,19 @@ class CachedChunkStore:
             return self.inner.get_ranges(key, ranges)
         return inner(key, ranges, version)  # type: ignore[no-any-return]
 
+    def get_range_versioned(
+        self, key: str, start: int, length: int
+    ) -> tuple[Buf, str | None] | None:
+        """One range and the version: from a cached object (version unknown), else the store."""
+        hit = self.cache.lookup(key)
+        if hit is not None:
+            return None if hit is _MISSING else (hit[start : start + length], None)
+        inner = getattr(self.inner, "get_range_versioned", None)
+        if inner is not None:
+            return inner(key, start, length)  # type: ignore[no-any-return]
+        got = self.inner.get_ranges(key, [(start, length)])
+        return None if got is None else (got[0], None)
+
     def get_suffix_versioned(
         self, key: str, length: int
     ) -> tuple[Buf, int | None, str | None] | None:

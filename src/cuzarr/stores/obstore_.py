@@ -291,6 +291,34 @@ class ObstoreChunkStore:
             return None
         return [b if isinstance(b, np.ndarray) else np.frombuffer(b, np.uint8) for b in got]
 
+    async def _range_versioned(self, key: str, start: int, length: int) -> tuple[Any, Any] | None:
+        import obstore
+
+        async def one() -> tuple[Any, Any] | None:
+            try:
+                result = await obstore.get_async(
+                    self._store, key, options={"range": (start, start + length)}
+                )
+                return await result.bytes_async(), result.meta.get("e_tag")
+            except Exception as exc:
+                if self._missing(exc):
+                    return None
+                if _is_status(exc, 416):
+                    return _NO_BYTES, None
+                raise
+
+        return await self._guard(one)
+
+    def get_range_versioned(
+        self, key: str, start: int, length: int
+    ) -> tuple[Buf, str | None] | None:
+        """One byte range of an object and the object's ETag (one request); ``None`` if missing."""
+        got = self._call(self._range_versioned(key, start, length), "read a range of", key)
+        if got is None:
+            return None
+        data, tag = got
+        return (data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)), tag
+
     async def _range_if(self, key: str, start: int, length: int, version: str) -> Any:
         import obstore
 
