@@ -473,18 +473,19 @@ class Array:
         """
         results: list[Any] = [None] * len(selections)
         jobs: list[tuple[Sequence[Any], Any]] = []
-        finish: list[tuple[int, Any, bool]] = []
+        scalars: list[tuple[int, Any]] = []  # 0-d buffers read as scalars once filled
         later: list[int] = []
         for i, selection in enumerate(selections):
             plan = self._indexer.basic(selection)
             if plan is None:
                 later.append(i)
                 continue
-            buf = self._xp.empty(plan.shape, self._dtype)
-            result = buf.reshape(plan.result_shape) if plan.newaxes else buf
+            result, buf, target = self._buffers(plan, None)
             if plan.requests:
-                jobs.append((plan.requests, buf if plan.flip is None else buf[plan.flip]))
-            finish.append((i, result, plan.scalar))
+                jobs.append((plan.requests, target))
+            results[i] = result
+            if plan.scalar:
+                scalars.append((i, buf))
         if jobs:
             batch = getattr(self._engine, "read_batch", None)
             store = self._chunk_store()
@@ -493,8 +494,8 @@ class Array:
             else:
                 for requests, target in jobs:
                     self._engine.read(store, requests, target)
-        for i, result, scalar in finish:
-            results[i] = result[()] if scalar else result
+        for i, buf in scalars:
+            results[i] = buf[()]
         for i in later:
             results[i] = self[selections[i]]
         return results
@@ -512,7 +513,14 @@ class Array:
             raise ValueError("out: the buffer is read-only")
         return out  # type: ignore[no-any-return]  # numpy, or cupy on the GPU
 
-    def _read_plan(self, plan: BasicPlan, out: npt.NDArray[Any] | None) -> Any:
+    def _buffers(
+        self, plan: BasicPlan, out: npt.NDArray[Any] | None
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]:
+        """Where ``plan`` is read to: result, buffer and engine target.
+
+        The result is ``out`` or a new array; the buffer is the result without its new axes;
+        the target is the buffer with reversed axes flipped back.
+        """
         if out is None:
             buf = self._xp.empty(plan.shape, self._dtype)
             result: npt.NDArray[Any] = buf
@@ -526,8 +534,11 @@ class Array:
                     0 if i in plan.newaxes else slice(None) for i in range(result.ndim)
                 )
                 buf = result[drop]
+        return result, buf, (buf if plan.flip is None else buf[plan.flip])
+
+    def _read_plan(self, plan: BasicPlan, out: npt.NDArray[Any] | None) -> Any:
+        result, buf, target = self._buffers(plan, out)
         if plan.requests:
-            target = buf if plan.flip is None else buf[plan.flip]
             self._engine.read(self._chunk_store(), plan.requests, target)
         if plan.scalar and out is None:
             return buf[()]

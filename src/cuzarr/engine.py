@@ -326,13 +326,13 @@ class ArrayEngine:
         the fetches of every selection are in flight together, so on an object store a batch
         of windows costs the round trips of one.
         """
-        items = [(req, out, ()) for reqs, out in jobs for req in reqs]
         if self.sharding is not None:
-            self._read_shard_items(store, items)
+            self._read_shard_items(store, [(req, out, ()) for reqs, out in jobs for req in reqs])
             return
         groups: dict[str, list[tuple[ChunkRequest, npt.NDArray[Any]]]] = {}
-        for req, out, _drop in items:
-            groups.setdefault(req.key, []).append((req, out))
+        for reqs, out in jobs:
+            for req in reqs:
+                groups.setdefault(req.key, []).append((req, out))
 
         def one(key: str) -> None:
             members = groups[key]
@@ -617,7 +617,8 @@ class ArrayEngine:
         request if the unneeded bytes are few (``Settings.max_overfetch``), else the index
         (one suffix request) and then the ranges. On stores with versions the ranges are
         conditional on the index's version, so an index and data of different versions are
-        never combined; a stale or inconsistent cached index is re-read once.
+        never combined. A cached index found stale (412) or inconsistent is re-read; a shard
+        rewritten between a fresh index and its ranges is tried again, three attempts in all.
         """
         entry = self._usable_index(store, key) if remote else None
         if entry is None and remote and self._fetch_whole(len(flat)):

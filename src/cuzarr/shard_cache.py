@@ -46,20 +46,19 @@ class ShardIndexCache:
         self, key: str, token: object = None
     ) -> tuple[npt.NDArray[np.uint64], int | None] | None:
         """The cached ``(table, size)`` of shard ``key`` and version ``token``, or ``None``."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None or entry[2] != token:
-                self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return entry[0], entry[1]
+        entry = self._lookup(key, token, any_token=False)
+        return None if entry is None else (entry[0], entry[1])
 
     def peek(self, key: str) -> tuple[npt.NDArray[np.uint64], int | None, object] | None:
         """The cached ``(table, size, token)`` of shard ``key`` whatever its token, or ``None``."""
+        return self._lookup(key, None, any_token=True)
+
+    def _lookup(
+        self, key: str, token: object, *, any_token: bool
+    ) -> tuple[npt.NDArray[np.uint64], int | None, object] | None:
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None:
+            if entry is None or not (any_token or entry[2] == token):
                 self.misses += 1
                 return None
             self._entries.move_to_end(key)

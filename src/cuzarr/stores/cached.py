@@ -135,13 +135,8 @@ class CachedChunkStore:
 
     def get(self, key: str, scratch: Scratch | BufferPool | None = None) -> Buf | None:
         """A whole object: from the cache, or fetched (into a buffer of its own) and kept."""
-        hit = self.cache.lookup(key)
-        if hit is not None:
-            return None if hit is _MISSING else hit
-        generation = self.cache.generation
-        value = self.inner.get(key)
-        self.cache.put(key, value, generation)
-        return value
+        got = self.get_versioned(key)
+        return None if got is None else got[0]
 
     def get_versioned(self, key: str) -> tuple[Buf, str | None] | None:
         """A whole object and its version: cached (version unknown), or fetched and kept."""
@@ -171,12 +166,7 @@ class CachedChunkStore:
 
     def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
         """Byte ranges: slices of a cached object, else one batch from the store (not kept)."""
-        hit = self.cache.lookup(key)
-        if hit is None:
-            return self.inner.get_ranges(key, ranges)
-        if hit is _MISSING:
-            return None
-        return [hit[start : start + length] for start, length in ranges]
+        return self.get_ranges_if(key, ranges, None)
 
     def get_ranges_if(
         self, key: str, ranges: list[tuple[int, int]], version: str | None
@@ -205,6 +195,11 @@ class CachedChunkStore:
         got = self.inner.get_ranges(key, [(start, length)])
         return None if got is None else (got[0], None)
 
+    def get_suffix(self, key: str, length: int) -> tuple[Buf, int | None] | None:
+        """The last ``length`` bytes and the size: from a cached object, else the store."""
+        got = self.get_suffix_versioned(key, length)
+        return None if got is None else (got[0], got[1])
+
     def get_suffix_versioned(
         self, key: str, length: int
     ) -> tuple[Buf, int | None, str | None] | None:
@@ -219,15 +214,6 @@ class CachedChunkStore:
             return inner(key, length)  # type: ignore[no-any-return]
         got = self.inner.get_suffix(key, length)
         return None if got is None else (got[0], got[1], None)
-
-    def get_suffix(self, key: str, length: int) -> tuple[Buf, int | None] | None:
-        """The last ``length`` bytes and the size: from a cached object, else the store."""
-        hit = self.cache.lookup(key)
-        if hit is None:
-            return self.inner.get_suffix(key, length)
-        if hit is _MISSING:
-            return None
-        return hit[max(0, hit.nbytes - length) :], int(hit.nbytes)
 
     def check_writable(self) -> None:
         """Raise if the store is read-only."""

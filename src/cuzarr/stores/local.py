@@ -108,11 +108,17 @@ class LocalChunkStore:
     def _path(self, key: str) -> str:
         return os.path.join(self.root, check_key(key, self.name))
 
+    def _open_existing(self, key: str) -> int | None:
+        """A read-only descriptor of the file of ``key``, or ``None`` if it does not exist."""
+        try:
+            return os.open(self._path(key), os.O_RDONLY)
+        except _MISSING:
+            return None
+
     def get(self, key: str, scratch: Scratch | BufferPool | None = None) -> Buf | None:
         """Read a whole file (into the thread's scratch buffer when given)."""
-        try:
-            fd = os.open(self._path(key), os.O_RDONLY)
-        except _MISSING:
+        fd = self._open_existing(key)
+        if fd is None:
             return None
         try:
             size = os.fstat(fd).st_size
@@ -129,9 +135,8 @@ class LocalChunkStore:
         larger than the caller expects. A short result is possible in principle (a read
         interrupted by a signal); callers treat both as "use :meth:`get`".
         """
-        try:
-            fd = os.open(self._path(key), os.O_RDONLY)
-        except _MISSING:
+        fd = self._open_existing(key)
+        if fd is None:
             return None
         try:
             return os.read(fd, limit + 1)
@@ -140,9 +145,8 @@ class LocalChunkStore:
 
     def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
         """Read a file straight into ``out`` (no intermediate buffer)."""
-        try:
-            fd = os.open(self._path(key), os.O_RDONLY)
-        except _MISSING:
+        fd = self._open_existing(key)
+        if fd is None:
             return None
         try:
             size = os.fstat(fd).st_size
@@ -154,9 +158,8 @@ class LocalChunkStore:
 
     def open_object(self, key: str) -> _FileReader | None:
         """Open a file for ranged reads of one version (``None`` if missing)."""
-        try:
-            fd = os.open(self._path(key), os.O_RDONLY)
-        except _MISSING:
+        fd = self._open_existing(key)
+        if fd is None:
             return None
         try:
             return _FileReader(fd)
@@ -166,9 +169,8 @@ class LocalChunkStore:
 
     def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
         """Read byte ranges with positional reads on one open file."""
-        try:
-            fd = os.open(self._path(key), os.O_RDONLY)
-        except _MISSING:
+        fd = self._open_existing(key)
+        if fd is None:
             return None
         try:
             out: list[Buf] = []
@@ -184,9 +186,8 @@ class LocalChunkStore:
 
     def get_suffix(self, key: str, length: int) -> tuple[Buf, int] | None:
         """Read the last ``length`` bytes (fewer if the file is shorter) and the file size."""
-        try:
-            fd = os.open(self._path(key), os.O_RDONLY)
-        except _MISSING:
+        fd = self._open_existing(key)
+        if fd is None:
             return None
         try:
             size = os.fstat(fd).st_size
