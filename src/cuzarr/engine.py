@@ -37,11 +37,19 @@ from cuzarr.config import Settings
 from cuzarr.errors import CorruptChunkError, CuzarrError, MetadataError
 from cuzarr.locks import write_locks
 from cuzarr.metadata.spec import ArraySpec
-from cuzarr.plan import ByteRange, ChunkRequest, coalesce
+from cuzarr.plan import ByteRange, ChunkRequest, CoalescedRange, coalesce
 from cuzarr.selection import is_full, iter_blocks, needed_blocks, rebase, selection_box
 from cuzarr.shard_cache import ShardIndexCache
 from cuzarr.stores import io_threads, is_remote
-from cuzarr.stores.base import BufferPool, ChunkStore, ObjectReader, Scratch, StaleObjectError
+from cuzarr.stores.base import (
+    BufferPool,
+    ChunkStore,
+    Coalescing,
+    CoalescingStore,
+    ObjectReader,
+    Scratch,
+    StaleObjectError,
+)
 
 __all__ = ["ArrayEngine"]
 
@@ -95,6 +103,19 @@ class _ChunkScratch:
                 cache.clear()
             buf = cache[key] = np.empty(shape, dtype=dtype)
         return buf
+
+
+@dataclass(frozen=True, slots=True)
+class _FetchPolicy:
+    """How one read call fetches shards from its store (decided once per call)."""
+
+    #: Requests cost a round trip (object stores, any zarr store used through its API).
+    remote: bool
+    #: Bounds on merged byte ranges.
+    limits: Coalescing
+    #: The store merges ranges itself and gets the requests zarr's sharding codec would make
+    #: (a zarr ``Store`` used through its API): no whole-shard overfetch, no pre-merging.
+    delegated: CoalescingStore | None
 
 
 @dataclass(slots=True)
@@ -201,6 +222,20 @@ class ArrayEngine:
             cache_shard_indexes=state.get("cache_shard_indexes", False),
         )
 
+    def __eq__(self, other: object) -> bool:
+        # Value equality (what a pickled copy keeps): same metadata, codecs, settings, policy.
+        if not isinstance(other, ArrayEngine):
+            return NotImplemented
+        return (
+            self.spec == other.spec
+            and self.codec == other.codec
+            and self.settings == other.settings
+            and self._trust_indexes == other._trust_indexes
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.spec.path, self.codec.shape, self.settings))
+
     # ------------------------------------------------------------------ decoding helpers
 
     def _decode_into(self, codec: Codec, key: str, raw: Buf, dest: npt.NDArray[Any]) -> None:
@@ -242,10 +277,18 @@ class ArrayEngine:
         requests: Sequence[ChunkRequest],
         out: npt.NDArray[Any],
         drop_axes: tuple[int, ...] = (),
+        *,
+        coalescing: Coalescing | None = None,
     ) -> list[bool]:
-        """Read requests into ``out``; return, per request, whether the chunk was present."""
+        """Read requests into ``out``; return, per request, whether the chunk was present.
+
+        ``coalescing`` is zarr's ``array.sharding_coalesce_*`` configuration of the array (zarr
+        pipeline path); see :meth:`fetch_policy` for how it bounds merged reads.
+        """
         if self.sharding is not None:
-            return self._read_sharded(store, requests, out, drop_axes)
+            return self._read_shard_items(
+                store, [(req, out, drop_axes) for req in requests], coalescing
+            )
 
         if (
             len(requests) >= 2 * _ZSTD_BATCH
@@ -319,6 +362,8 @@ class ArrayEngine:
         self,
         store: ChunkStore,
         jobs: Sequence[tuple[Sequence[ChunkRequest], npt.NDArray[Any]]],
+        *,
+        coalescing: Coalescing | None = None,
     ) -> None:
         """Read the requests of several selections, each into its own output, as one batch.
 
@@ -327,7 +372,9 @@ class ArrayEngine:
         of windows costs the round trips of one.
         """
         if self.sharding is not None:
-            self._read_shard_items(store, [(req, out, ()) for reqs, out in jobs for req in reqs])
+            self._read_shard_items(
+                store, [(req, out, ()) for reqs, out in jobs for req in reqs], coalescing
+            )
             return
         groups: dict[str, list[tuple[ChunkRequest, npt.NDArray[Any]]]] = {}
         for reqs, out in jobs:
@@ -389,19 +436,32 @@ class ArrayEngine:
         out[req.out_selection] = selected
         return True
 
-    def _read_sharded(
-        self,
-        store: ChunkStore,
-        requests: Sequence[ChunkRequest],
-        out: npt.NDArray[Any],
-        drop_axes: tuple[int, ...],
-    ) -> list[bool]:
-        return self._read_shard_items(store, [(req, out, drop_axes) for req in requests])
+    def fetch_policy(self, store: ChunkStore, coalescing: Coalescing | None = None) -> _FetchPolicy:
+        """How reads of this call fetch shards from ``store``.
+
+        Merged reads are bounded by ``Settings.max_gap`` (local files, memory) or
+        ``remote_max_gap`` (remote stores) and ``max_coalesced``. zarr's bounds
+        (``coalescing``, zarr pipeline path) replace them on remote stores and cap them on
+        local ones: zarr's gap is the most a merge *may* bridge, and a read from the page cache
+        costs less than a 1 MiB detour through unneeded bytes.
+        """
+        remote = is_remote(store)
+        s = self.settings
+        gap = s.remote_max_gap if remote else s.max_gap
+        size = s.max_coalesced
+        if coalescing is not None:
+            if remote:
+                gap, size = coalescing.max_gap, coalescing.max_bytes
+            else:
+                gap, size = min(gap, coalescing.max_gap), min(size, coalescing.max_bytes)
+        delegated = store if isinstance(store, CoalescingStore) else None
+        return _FetchPolicy(remote=remote, limits=Coalescing(gap, size), delegated=delegated)
 
     def _read_shard_items(
         self,
         store: ChunkStore,
         items: Sequence[tuple[ChunkRequest, npt.NDArray[Any], tuple[int, ...]]],
+        coalescing: Coalescing | None = None,
     ) -> list[bool]:
         """Read ``(request, out, drop_axes)`` items of a sharded array; return presence per item.
 
@@ -419,12 +479,13 @@ class ArrayEngine:
         per_wave = max(1, self.settings.max_bytes_in_flight // shard_nbytes)
         results: list[bool] = [False] * len(items)
         pool = BufferPool()
+        policy = self.fetch_policy(store, coalescing)
         for w in range(0, len(keys), per_wave):
             wave = keys[w : w + per_wave]
 
             def fetch(key: str) -> list[tuple[int, _ShardRead]]:
                 members = [(i, *items[i]) for i in groups[key]]
-                return self._fetch_shard_group(store, sh, key, members, pool)
+                return self._fetch_shard_group(store, sh, key, members, pool, policy)
 
             fetched = parallel_map(fetch, wave, io_threads(store, self.settings))
             reads = [pair for group in fetched for pair in group]
@@ -465,7 +526,8 @@ class ArrayEngine:
         sh: ShardingCodec,
         key: str,
         members: list[tuple[int, ChunkRequest, npt.NDArray[Any], tuple[int, ...]]],
-        pool: BufferPool | None = None,
+        pool: BufferPool | None,
+        policy: _FetchPolicy,
     ) -> list[tuple[int, _ShardRead]]:
         """Phase one for the items of one shard: fetch the union of their inner chunks once."""
         shard_shape = self.codec.shape
@@ -483,20 +545,19 @@ class ArrayEngine:
         if not union:
             return [(i, r) for i, r, _ in reads]
         flat = sorted(union)
-        remote = is_remote(store)
         try:
             if len(flat) == sh.n_inner:
-                got = self._fetch_whole_shard(store, sh, key, flat, pool, remote)
+                got = self._fetch_whole_shard(store, sh, key, flat, pool, policy.remote)
             elif (opener := getattr(store, "open_object", None)) is not None:
                 reader = opener(key)
                 if reader is None:
                     return [(i, r) for i, r, _ in reads]
                 try:
-                    got = self._read_shard_version(sh, key, reader, flat)
+                    got = self._read_shard_version(sh, key, reader, flat, policy)
                 finally:
                     reader.close()
             else:
-                got = self._fetch_partial_shard(store, sh, key, flat, pool, remote)
+                got = self._fetch_partial_shard(store, sh, key, flat, pool, policy)
         except CorruptChunkError as exc:
             where = _where(key, self.spec.path).replace("chunk", "shard", 1)
             raise CorruptChunkError(f"Corrupt {where}: {exc}") from exc
@@ -518,7 +579,9 @@ class ArrayEngine:
         pool: BufferPool | None = None,
     ) -> _ShardRead:
         """Phase one for a single request (the GPU backend plans its reads with it)."""
-        return self._fetch_shard_group(store, sh, req.key, [(0, req, out, drop_axes)], pool)[0][1]
+        policy = self.fetch_policy(store)
+        members = [(0, req, out, drop_axes)]
+        return self._fetch_shard_group(store, sh, req.key, members, pool, policy)[0][1]
 
     def _prepare_dest(
         self,
@@ -609,35 +672,43 @@ class ArrayEngine:
         key: str,
         flat: list[int],
         pool: BufferPool | None,
-        remote: bool,
+        policy: _FetchPolicy,
     ) -> tuple[npt.NDArray[np.uint64], dict[int, Buf]] | None:
         """Some inner chunks of a shard on a store without ``open_object`` (remote stores).
 
         With a usable cached index: one batch of ranges. Without: the whole shard in one
-        request if the unneeded bytes are few (``Settings.max_overfetch``), else the index
-        (one suffix request) and then the ranges. On stores with versions the ranges are
-        conditional on the index's version, so an index and data of different versions are
-        never combined. A cached index found stale (412) or inconsistent is re-read; a shard
-        rewritten between a fresh index and its ranges is tried again, three attempts in all.
+        request if the unneeded bytes are few (``Settings.max_overfetch``; not on stores that
+        plan their own reads), else the index (one request) and then the ranges. On stores
+        with versions the ranges are conditional on the index's version, so an index and data
+        of different versions are never combined. A cached index found stale (412) or
+        inconsistent is re-read; a shard rewritten between a fresh index and its ranges is
+        tried again, three attempts in all. A shard gone by the time its ranges are read reads
+        as missing, as in zarr.
         """
+        remote = policy.remote
         entry = self._usable_index(store, key) if remote else None
-        if entry is None and remote and self._fetch_whole(len(flat)):
+        overfetch = remote and policy.delegated is None
+        if entry is None and overfetch and self._fetch_whole(len(flat)):
             return self._fetch_whole_shard(store, sh, key, flat, pool, remote)
         ranges_if = getattr(store, "get_ranges_if", None)
         for attempt in range(3):
             cached = entry is not None
             if entry is None:
-                entry = self._fetch_shard_index(store, sh, key)
+                entry = self._fetch_shard_index(store, sh, key, policy)
                 if entry is None:
                     return None
             table, size, version = entry
-            fetch: Callable[[list[tuple[int, int]]], list[Buf] | None]
-            if ranges_if is not None and version is not None:
+            fetch: Callable[[list[tuple[int, int]]], Sequence[Buf | None] | None]
+            if policy.delegated is not None:
+                fetch = functools.partial(
+                    policy.delegated.get_ranges_coalesced, key, limits=policy.limits
+                )
+            elif ranges_if is not None and version is not None:
                 fetch = functools.partial(ranges_if, key, version=version)
             else:
                 fetch = functools.partial(store.get_ranges, key)
             try:
-                sources = self._fetch_inner_ranges(fetch, key, table, flat, size, remote=remote)
+                sources = self._fetch_inner_ranges(fetch, key, table, flat, size, policy)
             except StaleObjectError:
                 # Rewritten since the index was read (cached, or just now by a racing writer).
                 if self.index_cache is not None:
@@ -653,13 +724,20 @@ class ArrayEngine:
                 self.index_cache.discard(key)
                 entry = None
                 continue
+            if sources is None:
+                return None
             if not cached and remote and self.index_cache is not None:
                 self.index_cache.put(key, table, size, version)
             return table, sources
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _read_shard_version(
-        self, sh: ShardingCodec, key: str, reader: ObjectReader, flat: list[int]
+        self,
+        sh: ShardingCodec,
+        key: str,
+        reader: ObjectReader,
+        flat: list[int],
+        policy: _FetchPolicy,
     ) -> tuple[npt.NDArray[np.uint64], dict[int, Buf]]:
         """Index and needed inner chunks of one open shard.
 
@@ -683,10 +761,12 @@ class ArrayEngine:
         else:
             table = sh.decode_index(raw, shard_nbytes=reader.size)
             self._version_cache.put(key, table, reader.size, token)
-        return table, self._fetch_inner_ranges(reader.read, key, table, flat, reader.size)
+        sources = self._fetch_inner_ranges(reader.read, key, table, flat, reader.size, policy)
+        assert sources is not None  # an open object cannot go missing
+        return table, sources
 
     def _fetch_shard_index(
-        self, store: ChunkStore, sh: ShardingCodec, key: str
+        self, store: ChunkStore, sh: ShardingCodec, key: str, policy: _FetchPolicy
     ) -> tuple[npt.NDArray[np.uint64], int | None, str | None] | None:
         """The shard's decoded index, its size if known and its version (ETag) if known."""
         n = sh.index_nbytes
@@ -708,6 +788,12 @@ class ArrayEngine:
                 short = size if size is not None else got_n
                 raise CorruptChunkError(f"shard is {short} bytes, shorter than its {n}-byte index")
             return sh.decode_index(raw, shard_nbytes=size), size, version
+        if policy.delegated is not None:
+            # One ranged read, as zarr reads an index at the start of a shard.
+            raw_start = policy.delegated.get_range(key, 0, n)
+            if raw_start is None:
+                return None
+            return sh.decode_index(raw_start, shard_nbytes=None), None, None
         range_versioned = getattr(store, "get_range_versioned", None)
         if range_versioned is not None:
             got_v = range_versioned(key, 0, n)
@@ -732,27 +818,38 @@ class ArrayEngine:
 
     def _fetch_inner_ranges(
         self,
-        fetch: Callable[[list[tuple[int, int]]], list[Buf] | None],
+        fetch: Callable[[list[tuple[int, int]]], Sequence[Buf | None] | None],
         key: str,
         table: npt.NDArray[np.uint64],
         flat: list[int],
         size: int | None,
-        *,
-        remote: bool = False,
-    ) -> dict[int, Buf]:
+        policy: _FetchPolicy,
+    ) -> dict[int, Buf] | None:
+        """The stored bytes of the present inner chunks among ``flat``; ``None``: shard gone.
+
+        Ranges are merged here within ``policy.limits``, or handed over one per inner chunk
+        to a store that merges them itself (an inner chunk it returns nothing for reads as
+        the fill value, as in zarr).
+        """
         ranges = [
             ByteRange(int(table[i, 0]), int(table[i, 1]), i) for i in flat if table[i, 0] != EMPTY
         ]
         if not ranges:
             return {}
-        gap = self.settings.remote_max_gap if remote else self.settings.max_gap
-        reads = coalesce(ranges, max_gap=gap, max_size=self.settings.max_coalesced)
+        if policy.delegated is not None:
+            reads = [CoalescedRange(r.start, r.length, (r,)) for r in ranges]
+        else:
+            limits = policy.limits
+            reads = coalesce(ranges, max_gap=limits.max_gap, max_size=limits.max_bytes)
         spans = [(r.start, r.length) for r in reads]
         data = fetch(spans)
         if data is None:
-            raise CorruptChunkError("shard disappeared between reading its index and its chunks")
+            # Deleted after its index was read: the shard reads as missing, as in zarr.
+            return None
         sources: dict[int, Buf] = {}
         for read, buf in zip(reads, data, strict=True):
+            if buf is None:
+                continue
             if memoryview(buf).nbytes < read.length:
                 raise CorruptChunkError(
                     f"index points past the end of the shard (wanted bytes {read.start}.."
@@ -1061,9 +1158,11 @@ class ArrayEngine:
             return None
         cps = sh.chunks_per_shard
         flat = [int(np.ravel_multi_index(b, cps)) for b in blocks]
-        whole = req.complete or (
-            len(blocks) == sh.n_inner and is_full(req.chunk_selection, shard_shape)
-        )
+        # Only a write covering every cell of the shard replaces it without reading it. A
+        # request zarr calls complete covers the shard's cells inside the array, but a shard at
+        # the array's edge (or kept by a shrinking resize) may hold cells beyond the shape
+        # that zarr keeps: those must survive, as in zarr's sharding codec.
+        whole = len(blocks) == sh.n_inner and is_full(req.chunk_selection, shard_shape)
         if whole and value.ndim != 0 and not drop_axes:
             # The whole shard comes from the value: encode straight from its views.
             src = value[req.out_selection]

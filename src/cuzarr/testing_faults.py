@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from zarr.abc.store import Store
 from zarr.storage import WrapperStore
 
 __all__ = ["METADATA_KEYS", "Fault", "FaultError", "FaultyStore"]
@@ -173,6 +174,15 @@ class FaultyStore(WrapperStore[Any]):
         for key, byte_range in pairs:
             out.append(await self.get(key, prototype, byte_range))
         return out
+
+    async def get_ranges(self, key: str, byte_ranges: Any, **kwargs: Any) -> Any:
+        """Ranged reads go through this store's ``get`` (zarr's coalescer over it).
+
+        ``WrapperStore`` forwards ``get_ranges`` to the wrapped store, which would bypass the
+        faults; zarr's base implementation merges the ranges and calls ``self.get``.
+        """
+        async for group in Store.get_ranges(self, key, byte_ranges, **kwargs):
+            yield group
 
     async def set(self, key: str, value: Any) -> None:
         """Set, failing before writing or after writing a prefix, by rule."""

@@ -11,6 +11,7 @@ zarr's own ``BatchedCodecPipeline``: logged once per reason and counted, or rais
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self
@@ -26,6 +27,7 @@ from cuzarr.errors import UnsupportedError
 from cuzarr.metadata import parse_v2, parse_v3
 from cuzarr.plan import ChunkRequest
 from cuzarr.stores import from_zarr_store
+from cuzarr.stores.base import Coalescing
 
 if TYPE_CHECKING:
     from zarr.abc.codec import Codec, GetResult
@@ -50,6 +52,10 @@ def engine_for_metadata(metadata: Any, settings: Settings) -> ArrayEngine:
     UnsupportedError
         When the engine does not handle this array.
     """
+    foreign = compat.foreign_codec(metadata)
+    if foreign is not None:
+        # zarr would run that code; cuzarr's engine would not (see the equivalence rule).
+        raise UnsupportedError(f"{foreign} is not zarr's own implementation")
     fmt, doc = compat.metadata_document(metadata)
     spec = parse_v3(doc, path="") if fmt == 3 else parse_v2(doc, path="")
     codec = build_chunk_codec(spec)
@@ -96,6 +102,21 @@ class Pipeline(CodecPipeline):
     def __repr__(self) -> str:
         state = "engine" if self.engine is not None else f"fallback ({self.reason})"
         return f"cuzarr.Pipeline({state})"
+
+    def __eq__(self, other: object) -> bool:
+        # zarr compares arrays field by field, the codec pipeline included: an array and its
+        # pickled copy must compare equal, as they do with zarr's own (dataclass) pipelines.
+        if not isinstance(other, Pipeline):
+            return NotImplemented
+        return (
+            self.engine == other.engine
+            and self.settings == other.settings
+            and self.reason == other.reason
+            and self.fallback == other.fallback
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.engine, self.settings, self.reason))
 
     # ------------------------------------------------------------------ construction
 
@@ -229,10 +250,18 @@ class Pipeline(CodecPipeline):
             self._fallback_or_raise(routed, "read")
             return await self.fallback.read(batch, out, drop_axes)
         store, requests = routed
-        assert self.engine is not None
+        engine = self.engine
+        assert engine is not None
         chunk_store = from_zarr_store(store, asyncio.get_running_loop())
+        coalescing = None
+        if engine.sharding is not None:
+            coalescing = Coalescing(*compat.sharding_coalescing(batch[0][1]))
         present = await asyncio.to_thread(
-            self.engine.read, chunk_store, requests, out_array, tuple(drop_axes)
+            functools.partial(engine.read, coalescing=coalescing),
+            chunk_store,
+            requests,
+            out_array,
+            tuple(drop_axes),
         )
         diagnostics.count("engine_reads")
         return tuple({"status": "present" if p else "missing"} for p in present)

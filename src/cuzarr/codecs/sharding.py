@@ -46,6 +46,8 @@ def morton_order(shape: tuple[int, ...]) -> tuple[int, ...]:
     n = math.prod(shape)
     if n == 0:
         return ()
+    if not shape:
+        return (0,)  # a 0-d shard holds one inner chunk
     coords = np.indices(shape, dtype=np.int64).reshape(len(shape), -1)
     bits = [(c - 1).bit_length() for c in shape]
     code = np.zeros(n, dtype=np.int64)

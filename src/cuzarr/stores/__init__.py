@@ -34,9 +34,12 @@ def from_zarr_store(
 ) -> ChunkStore:
     """Return the fastest :class:`ChunkStore` for a zarr-python store.
 
-    ``LocalStore``, ``MemoryStore`` and ``ObjectStore`` (exactly those classes, not wrappers)
-    are accessed directly (an ``ObjectStore`` through obstore, with many requests in flight);
-    every other store (``FsspecStore``, zip, wrappers) through its own async API.
+    ``LocalStore``, ``MemoryStore`` and ``ObjectStore`` are accessed directly (an
+    ``ObjectStore`` through obstore, with many requests in flight) when they behave exactly as
+    zarr's classes: the class itself, or a subclass overriding none of their data methods,
+    none of them patched (:func:`cuzarr._zarr_compat.behaves_as`). Every other store
+    (``FsspecStore``, zip, wrappers, mocks, subclasses that decrypt or count in ``get``) is
+    used through its own API, with the requests zarr itself would make.
 
     Parameters
     ----------
@@ -49,17 +52,17 @@ def from_zarr_store(
     concurrency : int, optional
         Requests in flight on an object store.
     """
-    from zarr.storage import LocalStore, MemoryStore
-
     from cuzarr import _zarr_compat as compat
 
-    if type(store) is LocalStore:
-        return LocalChunkStore(store.root, read_only=store.read_only)
-    if type(store) is MemoryStore:
+    root = compat.local_store_root(store)
+    if root is not None:
+        return LocalChunkStore(root, read_only=store.read_only)
+    if compat.is_memory_store(store):
         return MemoryChunkStore(store)
     inner = compat.obstore_of(store)
     if inner is not None:
         from cuzarr.stores.obstore_ import ObstoreChunkStore
+
 
         return ObstoreChunkStore(
             inner, name=name or str(store), read_only=store.read_only, concurrency=concurrency

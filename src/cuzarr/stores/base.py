@@ -7,6 +7,7 @@ Stores hand back buffers (``bytes``, ``memoryview`` or ``uint8`` arrays). A miss
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -15,7 +16,15 @@ import numpy.typing as npt
 from cuzarr.codecs.base import Buf
 from cuzarr.errors import StoreError
 
-__all__ = ["BufferPool", "ChunkStore", "ObjectReader", "Scratch", "StaleObjectError"]
+__all__ = [
+    "BufferPool",
+    "ChunkStore",
+    "Coalescing",
+    "CoalescingStore",
+    "ObjectReader",
+    "Scratch",
+    "StaleObjectError",
+]
 
 
 class StaleObjectError(StoreError):
@@ -143,4 +152,47 @@ class ChunkStore(Protocol):
 
     def check_writable(self) -> None:
         """Raise before any write if the store cannot be written."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Coalescing:
+    """Bounds on merging byte ranges of one object into fewer reads.
+
+    zarr-python's ``array.sharding_coalesce_max_gap_bytes`` and
+    ``array.sharding_coalesce_max_bytes`` (global or per array) in the zarr pipeline path.
+
+    Attributes
+    ----------
+    max_gap : int
+        Ranges at most this many bytes apart may be read as one.
+    max_bytes : int
+        No merged read is larger than this.
+    """
+
+    max_gap: int
+    max_bytes: int
+
+
+@runtime_checkable
+class CoalescingStore(Protocol):
+    """A store that plans its own ranged reads (a zarr ``Store`` used through its API).
+
+    The engine hands it each needed range as it is, with the bounds to merge them by, and
+    reads a shard with the requests zarr's sharding codec makes: the whole shard when every
+    inner chunk is needed, else the index (one ranged read) and then one ``get_ranges`` call.
+    """
+
+    def get_range(self, key: str, start: int, length: int) -> Buf | None:
+        """Return ``[start, start+length)`` of one object in one request, ``None`` if missing."""
+        ...
+
+    def get_ranges_coalesced(
+        self, key: str, ranges: list[tuple[int, int]], limits: Coalescing
+    ) -> list[Buf | None] | None:
+        """Return each ``(start, length)`` range, merged as the store sees fit within ``limits``.
+
+        ``None`` when the object is missing (also when it disappears between reads); a
+        ``None`` entry for a range the store returned nothing for.
+        """
         ...

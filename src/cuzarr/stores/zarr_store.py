@@ -1,7 +1,13 @@
-"""Any other zarr-python ``Store`` (zip, fsspec, obstore, wrappers), through its async API.
+"""Any other zarr-python ``Store`` (zip, fsspec, wrappers, subclasses), through its own API.
 
 Worker threads call the store's coroutines on an event loop that is free while the engine runs:
 the loop that awaits the engine in the pipeline adapter, or zarr's own loop otherwise.
+
+The requests are the ones zarr itself makes, so that a store which logs, counts, caches,
+decrypts or fails on purpose in its methods sees what it would see under zarr's own pipeline:
+whole objects with ``get``, a shard index with one ranged ``get``, the needed inner chunks of a
+shard with one ``get_ranges`` call (zarr's coalescing API, which the store may override), with
+zarr's ``array.sharding_coalesce_*`` bounds.
 """
 
 from __future__ import annotations
@@ -15,13 +21,19 @@ import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.errors import StoreError
-from cuzarr.stores.base import BufferPool, Scratch
+from cuzarr.stores.base import BufferPool, Coalescing, Scratch
 
 __all__ = ["ZarrChunkStore"]
+
+#: zarr's defaults for ``array.sharding_coalesce_max_gap_bytes`` / ``..._max_bytes``.
+ZARR_DEFAULT_COALESCING = Coalescing(max_gap=1 << 20, max_bytes=16 << 20)
 
 
 class ZarrChunkStore:
     """Adapter from a zarr ``Store`` to :class:`~cuzarr.stores.base.ChunkStore`.
+
+    It is a :class:`~cuzarr.stores.base.CoalescingStore`: ranges go to the store's own
+    ``get_ranges``, which merges them.
 
     Parameters
     ----------
@@ -71,17 +83,68 @@ class ZarrChunkStore:
             out[...] = as_u8(data)
         return n
 
-    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
-        """Fetch byte ranges in one ``get_partial_values`` call."""
+    def get_range(self, key: str, start: int, length: int) -> Buf | None:
+        """Fetch one byte range with one ranged ``get`` (how zarr reads a shard index)."""
         from zarr.abc.store import RangeByteRequest
 
-        requests = [(key, RangeByteRequest(start, start + length)) for start, length in ranges]
-        values = self._run(
-            self._store.get_partial_values(self._prototype, requests), "read ranges of", key
-        )
-        if any(v is None for v in values):
+        try:
+            value = self._run(
+                self._store.get(key, self._prototype, RangeByteRequest(start, start + length)),
+                "read",
+                key,
+            )
+        except FileNotFoundError:
             return None
-        return [self._bytes(v) for v in values]
+        return None if value is None else self._bytes(value)
+
+    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
+        """Fetch byte ranges through the store's ``get_ranges`` with zarr's default bounds."""
+        got = self.get_ranges_coalesced(key, ranges, ZARR_DEFAULT_COALESCING)
+        if got is None or any(b is None for b in got):
+            return None
+        return [b for b in got if b is not None]
+
+    def get_ranges_coalesced(
+        self, key: str, ranges: list[tuple[int, int]], limits: Coalescing
+    ) -> list[Buf | None] | None:
+        """Fetch byte ranges in one call of the store's ``get_ranges`` (it merges them).
+
+        ``None`` when the object is missing, as zarr's sharding codec reads a shard that
+        disappeared after its index was read; a range the store returns nothing for is
+        ``None`` in the list (zarr reads that inner chunk as the fill value). Other failures
+        of the store are raised (a single one as itself, named by
+        :class:`~cuzarr.errors.StoreError` if it is an ``OSError``).
+        """
+        from zarr.abc.store import RangeByteRequest
+
+        requests = [RangeByteRequest(start, start + length) for start, length in ranges]
+        out: list[Buf | None] = [None] * len(requests)
+
+        async def collect() -> bool:
+            try:
+                async for group in self._store.get_ranges(
+                    key,
+                    requests,
+                    prototype=self._prototype,
+                    max_gap_bytes=limits.max_gap,
+                    max_coalesced_bytes=limits.max_bytes,
+                ):
+                    for i, buf in group:
+                        if buf is not None:
+                            out[i] = self._bytes(buf)
+            except BaseExceptionGroup as group:
+                _, rest = group.split(FileNotFoundError)
+                if rest is None:
+                    return False
+                errors = [e for e in rest.exceptions if not isinstance(e, BaseExceptionGroup)]
+                if len(errors) == 1 and isinstance(errors[0], Exception):
+                    raise errors[0] from group
+                raise
+            return True
+
+        if not self._run(collect(), "read ranges of", key):
+            return None
+        return out
 
     def get_suffix(self, key: str, length: int) -> tuple[Buf, int | None] | None:
         """Fetch the object's last ``length`` bytes in one request (its size stays unknown).
