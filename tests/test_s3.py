@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import http.server
 import json
+import os
 import pickle
 import threading
 import uuid
@@ -250,13 +251,11 @@ def test_dask_from_zarr_url(s3: S3, bucket: str) -> None:
     np.testing.assert_array_equal(darr.compute(scheduler="sync"), expected)
 
 
-def test_cli_info_copy_verify_on_s3_urls(s3: S3, bucket: str, tmp_path: Any) -> None:
-    """The CLI takes the same URLs; credentials and endpoint come from the environment."""
+def _cli_env(s3: S3) -> dict[str, str]:
+    """The environment of a CLI process: credentials and endpoint as obstore reads them."""
     import os
-    import subprocess
-    import sys
 
-    env = {
+    return {
         **os.environ,
         "AWS_ACCESS_KEY_ID": KEY,
         "AWS_SECRET_ACCESS_KEY": SECRET,
@@ -264,6 +263,14 @@ def test_cli_info_copy_verify_on_s3_urls(s3: S3, bucket: str, tmp_path: Any) -> 
         "AWS_ENDPOINT_URL": s3.endpoint,
         "AWS_ALLOW_HTTP": "true",
     }
+
+
+def test_cli_info_copy_verify_on_s3_urls(s3: S3, bucket: str, tmp_path: Any) -> None:
+    """The CLI takes the same URLs; credentials and endpoint come from the environment."""
+    import subprocess
+    import sys
+
+    env = _cli_env(s3)
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -292,6 +299,45 @@ def test_cli_info_copy_verify_on_s3_urls(s3: S3, bucket: str, tmp_path: Any) -> 
     assert bad.returncode == 1 and "c/1/0" in bad.stdout + bad.stderr
     missing = cli("info", f"s3://{bucket}/nothing.zarr")
     assert missing.returncode == 2 and "nothing.zarr" in missing.stderr
+
+
+#: CLI runs of the exit test; each reads an array through obstore and exits.
+EXIT_RUNS = int(os.environ.get("CUZARR_EXIT_RUNS", "240"))
+
+
+@pytest.mark.slow
+def test_cli_on_s3_always_exits_cleanly(s3: S3, bucket: str) -> None:
+    """No abort at interpreter exit: ``cuzarr info`` and ``verify`` on an s3:// URL, run
+    EXIT_RUNS times, two at a time, all exit 0 with their whole output.
+
+    Without the exit drain (cuzarr.stores.io_loop) about 0.5-1% of such runs ended in SIGABRT
+    after printing everything: an obstore thread still returning from a callback took the GIL
+    during finalization. tests/test_exit_drain.py provokes that race on purpose.
+    """
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    url = f"s3://{bucket}/exit.zarr"
+    a = cuzarr.create(
+        url, shape=(32, 32), dtype="i4", chunks=(8, 8), shards=(16, 16),
+        storage_options=s3.options(),
+    )
+    a[...] = _data((32, 32))
+    env = _cli_env(s3)
+
+    def run(i: int) -> tuple[int, str]:
+        args = ["info", url, "--json"] if i % 2 else ["verify", url]
+        done = subprocess.run(
+            [sys.executable, "-m", "cuzarr", *args], capture_output=True, text=True,
+            timeout=120, env=env,
+        )
+        return done.returncode, done.stderr[-500:]
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(run, range(EXIT_RUNS)))
+    bad = [(i, rc, err) for i, (rc, err) in enumerate(results) if rc != 0]
+    assert not bad, f"{len(bad)} of {EXIT_RUNS} runs failed, first: {bad[0]}"
 
 
 def test_group_and_listing(s3: S3, bucket: str) -> None:

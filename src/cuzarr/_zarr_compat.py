@@ -482,6 +482,15 @@ def is_memory_store(store: Any) -> bool:
     return behaves_as(store, MemoryStore)
 
 
+def is_object_store(store: Any) -> bool:
+    """Whether ``store`` is a zarr ``ObjectStore`` (obstore underneath), wrapped or not."""
+    from zarr.storage import ObjectStore, WrapperStore
+
+    while isinstance(store, WrapperStore):
+        store = store._store
+    return isinstance(store, ObjectStore)
+
+
 def obstore_of(store: Any) -> Any:
     """The obstore store inside a store that behaves exactly as zarr's ``ObjectStore``."""
     try:
@@ -524,6 +533,13 @@ def foreign_codec(metadata: Any) -> str | None:
                     if found is not None:
                         return f"zarr's sharding: {found}"
     return None
+
+
+def zarr_io_loop() -> Any:
+    """zarr-python's event loop (``zarr.core.sync``), started if it is not yet."""
+    from zarr.core.sync import _get_loop
+
+    return _get_loop()
 
 
 def object_store(obstore_store: Any, *, read_only: bool) -> Any:

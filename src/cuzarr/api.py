@@ -26,7 +26,7 @@ from cuzarr import _zarr_compat as compat
 from cuzarr.config import Device, Settings, get_settings
 from cuzarr.errors import MetadataError, UnsupportedError
 from cuzarr.metadata.load import GroupSpec, normalize_node_path, read_node
-from cuzarr.stores import from_zarr_store
+from cuzarr.stores import from_zarr_store, track_zarr_loop
 from cuzarr.stores.local import TEMP_SUFFIX, LocalChunkStore
 from cuzarr.stores.obstore_ import OBJECT_STORE_SCHEMES
 
@@ -233,6 +233,7 @@ def _object_store_handle(
     from cuzarr.stores.obstore_ import open_url
 
     store, concurrency = open_url(url, storage_options)
+    track_zarr_loop()
     return StoreHandle(
         zarr_store=compat.object_store(store, read_only=read_only),
         read_only=read_only,

@@ -26,7 +26,7 @@ from cuzarr.engine import ArrayEngine
 from cuzarr.errors import UnsupportedError
 from cuzarr.metadata import parse_v2, parse_v3
 from cuzarr.plan import ChunkRequest
-from cuzarr.stores import from_zarr_store
+from cuzarr.stores import from_zarr_store, track_zarr_loop
 from cuzarr.stores.base import Coalescing
 
 if TYPE_CHECKING:
@@ -124,6 +124,10 @@ class Pipeline(CodecPipeline):
     def from_array_metadata_and_store(cls, array_metadata: ArrayMetadata, store: Store) -> Self:
         """Build the pipeline of one array: parse metadata, compile codecs, or fall back."""
         settings = get_settings()
+        if compat.is_object_store(store):
+            # obstore calls back into zarr's loop for this array's metadata requests (and into
+            # it or cuzarr's for its chunks): drain both at exit (cuzarr.stores.io_loop).
+            track_zarr_loop()
         fallback = compat.default_pipeline(array_metadata)
         try:
             engine = engine_for_metadata(array_metadata, settings)

@@ -22,6 +22,7 @@ __all__ = [
     "from_zarr_store",
     "io_threads",
     "is_remote",
+    "track_zarr_loop",
 ]
 
 
@@ -63,11 +64,24 @@ def from_zarr_store(
     if inner is not None:
         from cuzarr.stores.obstore_ import ObstoreChunkStore
 
+        track_zarr_loop()
 
         return ObstoreChunkStore(
             inner, name=name or str(store), read_only=store.read_only, concurrency=concurrency
         )
     return ZarrChunkStore(store, loop)
+
+
+def track_zarr_loop() -> None:
+    """Drain zarr's event loop at exit too (it performs obstore requests of zarr stores).
+
+    See :mod:`cuzarr.stores.io_loop`: obstore calls back into whichever loop awaits a request,
+    and zarr's loop awaits the metadata requests of a zarr ``ObjectStore``.
+    """
+    from cuzarr import _zarr_compat as compat
+    from cuzarr.stores.io_loop import track_loop
+
+    track_loop(compat.zarr_io_loop())
 
 
 def is_remote(store: ChunkStore) -> bool:

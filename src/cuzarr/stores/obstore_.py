@@ -1,7 +1,8 @@
 """Object stores (S3, GCS, Azure, HTTP) through obstore, with many requests in flight.
 
 Every request is a coroutine of obstore's async API run on one private event-loop thread per
-process; engine worker threads submit them and wait. A per-store semaphore bounds the requests
+process (:mod:`cuzarr.stores.io_loop`, drained at exit); engine worker threads submit them and
+wait. A per-store semaphore bounds the requests
 in flight, so all the byte ranges of a shard (and the requests of every worker) go out together
 up to that limit. Ranges arrive already coalesced by the engine (``Settings.max_gap`` and
 ``max_coalesced``), so obstore's own coalescing is turned off: only needed bytes are fetched.
@@ -30,6 +31,7 @@ import numpy.typing as npt
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.errors import NodeNotFoundError, StoreError
 from cuzarr.stores.base import BufferPool, Scratch, StaleObjectError
+from cuzarr.stores.io_loop import run_on_loop
 
 __all__ = [
     "OBJECT_STORE_SCHEMES",
@@ -46,40 +48,6 @@ OBJECT_STORE_SCHEMES = frozenset(
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
 _NO_BYTES = np.empty(0, np.uint8)
-
-
-# ---------------------------------------------------------------------------- the loop thread
-
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
-
-
-def _after_fork_in_child() -> None:
-    global _loop, _loop_lock
-    _loop = None
-    _loop_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _get_loop() -> asyncio.AbstractEventLoop:
-    global _loop
-    loop = _loop
-    if loop is not None:
-        return loop
-    with _loop_lock:
-        if _loop is None:
-            new = asyncio.new_event_loop()
-            threading.Thread(target=new.run_forever, name="cuzarr-io", daemon=True).start()
-            _loop = new
-        return _loop
-
-
-def run_on_loop[T](coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on cuzarr's private I/O event loop and wait for its result."""
-    return asyncio.run_coroutine_threadsafe(coro, _get_loop()).result()
 
 
 # ---------------------------------------------------------------------------- errors
