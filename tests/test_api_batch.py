@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import zarr
 
 import cuzarr
 from cuzarr.codecs.base import Buf
+from cuzarr.stores.base import BaseChunkStore, GetResult, Range, StoreCaps, Suffix
 from cuzarr.testing import assert_same_array
 
 LAYOUTS: dict[str, dict[str, Any]] = {
@@ -84,11 +86,10 @@ def test_results_are_independent_buffers(tmp_path: Path) -> None:
     assert_same_array(second, expected[0:8, 0:10])
 
 
-class SlowRemoteStore:
+class SlowRemoteStore(BaseChunkStore):
     """A remote store over a dict: each request takes ``delay`` s; counts requests in flight."""
 
-    remote = True
-    io_concurrency = 64
+    caps = StoreCaps(remote=True, concurrency=64)
 
     def __init__(self, objects: dict[str, bytes], delay: float) -> None:
         self.objects = objects
@@ -108,37 +109,37 @@ class SlowRemoteStore:
         with self.lock:
             self.in_flight -= 1
 
-    def get(self, key: str, scratch: object = None) -> Buf | None:
+    def get(
+        self,
+        key: str,
+        byte_range: Range | Suffix | None = None,
+        **options: Any,
+    ) -> GetResult | None:
         self._request(key)
         data = self.objects.get(key)
-        return None if data is None else np.frombuffer(data, np.uint8)
-
-    def read_into(self, key: str, out: np.ndarray) -> int | None:
-        data = self.get(key)
         if data is None:
             return None
-        if data.nbytes == out.nbytes:
-            out[...] = data
-        return int(data.nbytes)
+        if isinstance(byte_range, Suffix):
+            part = data[-byte_range.length :]
+        elif byte_range is not None:
+            part = data[byte_range.start : byte_range.start + byte_range.length]
+        else:
+            part = data
+        return GetResult(np.frombuffer(part, np.uint8), len(data))
 
-    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
+    def get_ranges(
+        self, key: str, ranges: Sequence[tuple[int, int]], **options: Any
+    ) -> list[Buf | None] | None:
         self._request(key)
         data = self.objects.get(key)
         if data is None:
             return None
         return [np.frombuffer(data[s : s + n], np.uint8) for s, n in ranges]
 
-    def get_suffix(self, key: str, length: int) -> tuple[Buf, int] | None:
-        self._request(key)
-        data = self.objects.get(key)
-        if data is None:
-            return None
-        return np.frombuffer(data[-length:], np.uint8), len(data)
-
     def check_writable(self) -> None:
         raise PermissionError("read-only")
 
-    def set(self, key: str, data: Buf) -> None:
+    def put(self, key: str, data: Buf, **options: Any) -> None:
         raise PermissionError("read-only")
 
     def delete(self, key: str) -> None:

@@ -67,7 +67,7 @@ PATH = "grp/temp"
 def _load(document: str, raw: bytes) -> Any:
     """Store a raw document under ``grp/temp``, read it and compile its codecs."""
     cstore = MemoryChunkStore(MemoryStore())
-    cstore.set(f"{PATH}/{document}", raw)
+    cstore.put(f"{PATH}/{document}", raw)
     spec = read_array_spec(cstore, PATH)
     build_chunk_codec(spec)
     return spec
@@ -347,8 +347,8 @@ def test_bad_json(document: str, raw: bytes, expected: str) -> None:
 
 def test_bad_zattrs() -> None:
     cstore = MemoryChunkStore(MemoryStore())
-    cstore.set(f"{PATH}/.zarray", json.dumps(V2_DOC).encode())
-    cstore.set(f"{PATH}/.zattrs", b"[]")
+    cstore.put(f"{PATH}/.zarray", json.dumps(V2_DOC).encode())
+    cstore.put(f"{PATH}/.zattrs", b"[]")
     with pytest.raises(MetadataError) as info:
         read_array_spec(cstore, PATH)
     assert ".zattrs" in str(info.value)
@@ -471,7 +471,7 @@ def _first_key(case: str) -> str:
 def test_garbage_chunk(store_factory: Callable[[], Any], case: str, size: int) -> None:
     _make(store_factory, **CHUNKED[case])
     key = _first_key(case)
-    _raw_store(store_factory()).set(key, _garbage(size))
+    _raw_store(store_factory()).put(key, _garbage(size))
     _read_fails(store_factory, key)
     # a read of other chunks only still works
     arr = zarr.open_array(store_factory(), path="arr", mode="r")
@@ -486,7 +486,7 @@ def test_valid_frame_of_wrong_size(
     """A well-formed compressed frame whose content is not one chunk (128 bytes here)."""
     _make(store_factory, **CHUNKED[case])
     key = _first_key(case)
-    _raw_store(store_factory()).set(key, FRAME[case].encode(bytes(range(256)) * (nbytes // 256)
+    _raw_store(store_factory()).put(key, FRAME[case].encode(bytes(range(256)) * (nbytes // 256)
                                                            + bytes(nbytes % 256)))
     message = _read_fails(store_factory, key)
     assert "128" in message or "expected" in message
@@ -497,9 +497,9 @@ def test_valid_frame_of_wrong_size(
 def test_crc32c_mismatch(store_factory: Callable[[], Any], compressed: bool, position: int) -> None:
     codecs = [ZstdCodec(level=1), Crc32cCodec()] if compressed else [Crc32cCodec()]
     _make(store_factory, chunks=(4, 4), compressors=codecs)
-    raw = bytearray(np.asarray(_raw_store(store_factory()).get("arr/c/1/0")).tobytes())
+    raw = bytearray(np.asarray(_raw_store(store_factory()).get("arr/c/1/0").data).tobytes())
     raw[position] ^= 0x01
-    _raw_store(store_factory()).set("arr/c/1/0", bytes(raw))
+    _raw_store(store_factory()).put("arr/c/1/0", bytes(raw))
     message = _read_fails(store_factory, "arr/c/1/0")
     assert "crc32c" in message
     # a partial read touching the same chunk fails the same way
@@ -508,7 +508,7 @@ def test_crc32c_mismatch(store_factory: Callable[[], Any], compressed: bool, pos
 
 def test_uncompressed_chunk_of_wrong_size(store_factory: Callable[[], Any]) -> None:
     _make(store_factory, chunks=(4, 4), compressors=None, serializer=BytesCodec(endian="big"))
-    _raw_store(store_factory()).set("arr/c/0/1", bytes(100))
+    _raw_store(store_factory()).put("arr/c/0/1", bytes(100))
     message = _read_fails(store_factory, "arr/c/0/1")
     assert "100" in message
 
@@ -532,7 +532,7 @@ def _make_sharded(store_factory: Callable[[], Any], location: str) -> None:
 
 
 def _shard_bytes(store_factory: Callable[[], Any]) -> bytes:
-    return bytes(np.asarray(_raw_store(store_factory()).get(SHARD_KEY)).tobytes())
+    return bytes(np.asarray(_raw_store(store_factory()).get(SHARD_KEY).data).tobytes())
 
 
 def _split_index(blob: bytes, location: str) -> tuple[np.ndarray[Any, Any], bytes]:
@@ -563,7 +563,7 @@ def location(request: pytest.FixtureRequest) -> str:
 def test_truncated_shard(store_factory: Callable[[], Any], location: str, selection: str) -> None:
     _make_sharded(store_factory, location)
     blob = _shard_bytes(store_factory)
-    _raw_store(store_factory()).set(SHARD_KEY, blob[:-10])
+    _raw_store(store_factory()).put(SHARD_KEY, blob[:-10])
     _read_fails(store_factory, SHARD_KEY, SHARD_SELECTIONS[selection])
 
 
@@ -574,7 +574,7 @@ def test_shard_shorter_than_index(
 ) -> None:
     _make_sharded(store_factory, location)
     blob = _shard_bytes(store_factory)
-    _raw_store(store_factory()).set(SHARD_KEY, blob[:length])
+    _raw_store(store_factory()).put(SHARD_KEY, blob[:length])
     _read_fails(store_factory, SHARD_KEY, SHARD_SELECTIONS[selection])
 
 
@@ -588,7 +588,7 @@ def test_shard_index_crc_mismatch(
     start = len(blob) - INDEX_NBYTES if location == "end" else 0
     pos = start + (INDEX_NBYTES - 2 if target == "checksum" else 3)
     blob[pos] ^= 0x10
-    _raw_store(store_factory()).set(SHARD_KEY, bytes(blob))
+    _raw_store(store_factory()).put(SHARD_KEY, bytes(blob))
     message = _read_fails(store_factory, SHARD_KEY, SHARD_SELECTIONS[selection])
     assert "crc32c" in message
 
@@ -613,7 +613,7 @@ def test_shard_index_points_past_the_end(
     else:
         # the chunk starts inside the index
         table[last, 0] = 4
-    _raw_store(store_factory()).set(SHARD_KEY, _join_index(table, body, location))
+    _raw_store(store_factory()).put(SHARD_KEY, _join_index(table, body, location))
     _read_fails(store_factory, SHARD_KEY, SHARD_SELECTIONS[selection])
 
 
@@ -627,7 +627,7 @@ def test_corrupt_inner_chunk(
     offset, length = (int(v) for v in table[3])
     corrupt = bytearray(blob)
     corrupt[offset : offset + length] = _garbage(length)
-    _raw_store(store_factory()).set(SHARD_KEY, bytes(corrupt))
+    _raw_store(store_factory()).put(SHARD_KEY, bytes(corrupt))
     message = _read_fails(store_factory, SHARD_KEY, SHARD_SELECTIONS[selection])
     assert "(1, 1)" in message
     # the intact inner chunk (0, 0) still reads
@@ -639,7 +639,7 @@ def test_sharded_write_over_corrupt_shard_fails(store_factory: Callable[[], Any]
     """A partial write must decode the old shard; a corrupt one is reported, not overwritten."""
     _make_sharded(store_factory, "end")
     blob = _shard_bytes(store_factory)
-    _raw_store(store_factory()).set(SHARD_KEY, blob[:-3])
+    _raw_store(store_factory()).put(SHARD_KEY, blob[:-3])
     arr = zarr.open_array(store_factory(), path="arr", mode="r+")
     with pytest.raises(CorruptChunkError) as info:
         arr[0, 0] = -1.0

@@ -56,7 +56,7 @@ PROBE = textwrap.dedent(
     mem = MemoryStore()
     if mode == "cuzarr":
         store = ObstoreChunkStore(mem, name="memory")
-        store.set("a", np.arange(64, dtype=np.uint8))
+        store.put("a", np.arange(64, dtype=np.uint8))
         for _ in range(3):
             assert store.get("a") is not None
     else:

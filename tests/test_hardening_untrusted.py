@@ -27,6 +27,7 @@ from cuzarr import CorruptChunkError, MetadataError, StoreError, UnsupportedErro
 from cuzarr.codecs.chain import build_chunk_codec
 from cuzarr.codecs.headers import zstd_max_decoded_size
 from cuzarr.metadata import parse_v2, parse_v3
+from cuzarr.stores.base import Range, Suffix
 from cuzarr.stores.local import TEMP_SUFFIX, LocalChunkStore, check_key
 
 #: A bomb expands to this many bytes; tests assert peak allocation stays far below.
@@ -391,6 +392,10 @@ def test_local_get_ranges_never_allocates_past_the_file(tmp_path: Path) -> None:
     assert parts is not None
     assert [bytes(p) for p in parts] == [b"cdef", b""]
     assert peak < PEAK_LIMIT
+    err, peak = _peak(lambda: store.get("k", Range(2, 2**62)))
+    assert err is None and peak < PEAK_LIMIT
+    got = store.get("k", Range(2, 2**62))
+    assert got is not None and bytes(got.data) == b"cdef" and got.size == 6
 
 
 # -------------------------------------------------------------------------------------------
@@ -410,9 +415,11 @@ def test_local_store_refuses_escaping_keys(tmp_path: Path, key: str) -> None:
     for op in (
         lambda: store.get(key),
         lambda: store.get_ranges(key, [(0, 1)]),
-        lambda: store.get_suffix(key, 1),
+        lambda: store.get(key, Suffix(1)),
+        lambda: store.get(key, Range(0, 1)),
+        lambda: store.open_object(key),
         lambda: store.read_into(key, np.empty(6, np.uint8)),
-        lambda: store.set(key, b"x"),
+        lambda: store.put(key, b"x"),
         lambda: store.delete(key),
     ):
         with pytest.raises(StoreError, match="Refusing key"):

@@ -217,7 +217,8 @@ def _check_keys_and_chunks(spec: ArraySpec, arr: Any, data: Any, cstore: Any) ->
     assert grid == tuple(math.ceil(s / c) for s, c in zip(SHAPE, spec.chunk_shape, strict=True))
     for coords in np.ndindex(*grid):
         key = spec.chunk_key(coords)
-        raw = cstore.get(key)
+        got = cstore.get(key)
+        raw = None if got is None else got.data
         box = tuple(
             slice(i * c, min((i + 1) * c, s))
             for i, c, s in zip(coords, spec.chunk_shape, SHAPE, strict=True)

@@ -716,35 +716,33 @@ def test_writes_are_whole_objects_and_conditional(
 
 
 def test_conflicting_writer_is_detected_and_its_object_kept(s3: S3, bucket: str) -> None:
+    from cuzarr.errors import StaleObjectError
+    from cuzarr.stores.base import PutMode
     from cuzarr.stores.obstore_ import ObstoreChunkStore
 
     store = ObstoreChunkStore(s3.obstore(bucket), name=f"s3://{bucket}")
     client = s3.client()
     client.put_object(Bucket=bucket, Key="k", Body=b"old")
-    store.check_writable()
-    assert bytes(store.get_for_update("k")) == b"old"
+    old = store.get("k", fresh=True)
+    assert old is not None and bytes(old.data) == b"old" and old.version
     client.put_object(Bucket=bucket, Key="k", Body=b"theirs")
-    with pytest.raises(StoreError, match=rf"'k' in s3://{bucket}: another writer changed it"):
-        store.set("k", np.frombuffer(b"mine", np.uint8))
+    with pytest.raises(StaleObjectError, match=rf"'k' in s3://{bucket}: another writer changed"):
+        store.put("k", np.frombuffer(b"mine", np.uint8), mode=PutMode.UPDATE, version=old.version)
     assert client.get_object(Bucket=bucket, Key="k")["Body"].read() == b"theirs"
     # Missing when read, created by someone else before the put.
-    store.check_writable()
-    assert store.get_for_update("new") is None
+    assert store.get("new") is None
     client.put_object(Bucket=bucket, Key="new", Body=b"theirs")
-    with pytest.raises(StoreError, match="another writer"):
-        store.set("new", np.frombuffer(b"mine", np.uint8))
+    with pytest.raises(StaleObjectError, match="another writer"):
+        store.put("new", np.frombuffer(b"mine", np.uint8), mode=PutMode.CREATE)
     assert client.get_object(Bucket=bucket, Key="new")["Body"].read() == b"theirs"
-    # A plain put (no read for update in this write call) overwrites.
-    store.check_writable()
-    store.set("new", np.frombuffer(b"mine", np.uint8))
+    # A plain put overwrites; an update with the current version succeeds.
+    store.put("new", np.frombuffer(b"mine", np.uint8))
     assert client.get_object(Bucket=bucket, Key="new")["Body"].read() == b"mine"
-    # A version read in an earlier write call is not used by a later one.
-    store.check_writable()
-    store.get_for_update("k")
-    client.put_object(Bucket=bucket, Key="k", Body=b"again")
-    store.check_writable()
-    store.set("k", np.frombuffer(b"final", np.uint8))
+    now = store.get("k")
+    assert now is not None
+    store.put("k", np.frombuffer(b"final", np.uint8), mode=PutMode.UPDATE, version=now.version)
     assert client.get_object(Bucket=bucket, Key="k")["Body"].read() == b"final"
+    assert isinstance(StaleObjectError("x"), StoreError)
 
 
 def test_read_only_url_refuses_writes(s3: S3, bucket: str) -> None:
@@ -893,7 +891,7 @@ def test_unreachable_endpoint_is_one_clear_error() -> None:
 
 
 def test_storage_options_translate_s3fs_names() -> None:
-    from cuzarr.stores.obstore_ import split_storage_options
+    from cuzarr.stores.object_urls import split_storage_options
 
     config, client, retry, concurrency = split_storage_options(
         "s3://b/p",

@@ -34,8 +34,8 @@ from cuzarr.stores import is_remote
 from cuzarr.stores.cached import ObjectCache, cached
 
 if TYPE_CHECKING:
-    from cuzarr.api import StoreHandle
     from cuzarr.stores.base import ChunkStore
+    from cuzarr.stores.targets import StoreHandle
 
 __all__ = ["Array", "ArrayInfo", "Attributes"]
 
@@ -108,13 +108,13 @@ def persist_attributes(
         doc: dict[str, Any] = attributes
     else:
         key = f"{prefix}zarr.json"
-        raw = store.get(key)
-        if raw is None:
+        got = store.get(key)
+        if got is None:
             raise FileNotFoundError(f"zarr.json of '{path}' disappeared from {store.name}")
-        doc = json.loads(bytes(memoryview(raw)))
+        doc = json.loads(bytes(memoryview(got.data)))
         doc["attributes"] = attributes
     text = json.dumps(doc, indent=2)
-    store.set(key, np.frombuffer(text.encode("utf-8"), np.uint8))
+    store.put(key, np.frombuffer(text.encode("utf-8"), np.uint8))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -402,7 +402,7 @@ class Array:
     def _chunk_store(self) -> ChunkStore:
         store = self._store
         if store is None:
-            store = self._handle.chunk_store()
+            store = self._handle.chunk_store(self._settings.io_concurrency)
             if self._settings.cache_bytes > 0 and is_remote(store):
                 store = cached(store, ObjectCache(self._settings.cache_bytes))
             self._store = store

@@ -12,8 +12,8 @@ call, keeping the stored bytes of inner chunks the write does not touch.
 On remote stores (object stores) the fetch phases run on ``Settings.io_concurrency`` threads,
 so that many requests are in flight at once, and an engine created with
 ``cache_shard_indexes=True`` (one per ``cuzarr.Array``) keeps decoded shard indexes across
-calls. Read-modify-writes fetch the old object with the store's ``get_for_update`` where it
-has one, so that the store can make the following put conditional.
+calls. Read-modify-writes read the old object (``fresh``: past any cache) and put the new one
+conditional on the version read where the store has conditional puts.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
 from cuzarr.codecs.numcodecs_ import zstd_decode_many
 from cuzarr.codecs.sharding import EMPTY, ShardingCodec
 from cuzarr.config import Settings
-from cuzarr.errors import CorruptChunkError, CuzarrError, MetadataError
+from cuzarr.errors import CorruptChunkError, CuzarrError, MetadataError, StaleObjectError
 from cuzarr.locks import write_locks
 from cuzarr.metadata.spec import ArraySpec
 from cuzarr.plan import ByteRange, ChunkRequest, CoalescedRange, coalesce
@@ -45,10 +45,12 @@ from cuzarr.stores.base import (
     BufferPool,
     ChunkStore,
     Coalescing,
-    CoalescingStore,
+    GetResult,
     ObjectReader,
+    PutMode,
+    Range,
     Scratch,
-    StaleObjectError,
+    Suffix,
 )
 
 __all__ = ["ArrayEngine"]
@@ -115,7 +117,7 @@ class _FetchPolicy:
     limits: Coalescing
     #: The store merges ranges itself and gets the requests zarr's sharding codec would make
     #: (a zarr ``Store`` used through its API): no whole-shard overfetch, no pre-merging.
-    delegated: CoalescingStore | None
+    delegated: bool
 
 
 @dataclass(slots=True)
@@ -147,6 +149,9 @@ class _ShardWrite:
     touched: list[tuple[int, tuple[slice, ...]]]
     #: Encoded inner chunks of the new shard: kept ones, then replaced ones.
     stored: dict[int, Buf]
+    #: Whether the shard was read (a read-modify-write), and what was read (``None``: missing).
+    read: bool = False
+    old: GetResult | None = None
 
     def set_inner(self, i: int, encoded: Buf | None) -> None:
         """Record the new bytes of inner chunk ``i`` (``None``: empty, left out of the shard)."""
@@ -325,10 +330,11 @@ class ArrayEngine:
         # and checksum; anything longer is not a well-formed chunk (read again one by one).
         limit = size + (size >> 8) + (((128 << 10) - size) >> 11 if size < (128 << 10) else 0)
         limit += 64
-        small = getattr(store, "get_small", None)
+        hint = limit if store.caps.small_reads else None
 
         def fetch(key: str) -> Buf | None:
-            return small(key, limit) if small is not None else store.get(key)
+            got = store.get(key, size_hint=hint)
+            return None if got is None else got.data
 
         def run(lo: int) -> None:
             batch = requests[lo : lo + _ZSTD_BATCH]
@@ -386,12 +392,12 @@ class ArrayEngine:
             if len(members) == 1:
                 self._read_chunk(store, members[0][0], members[0][1], ())
                 return
-            raw = store.get(key, self._scratch)
-            if raw is None:
+            got = store.get(key, scratch=self._scratch)
+            if got is None:
                 for req, out in members:
                     out[req.out_selection] = self.fill
                 return
-            chunk = self._decode(self.codec, key, raw)
+            chunk = self._decode(self.codec, key, got.data)
             for req, out in members:
                 out[req.out_selection] = chunk[req.chunk_selection]
 
@@ -422,10 +428,11 @@ class ArrayEngine:
                     f"expected {codec.nbytes}"
                 )
             return True
-        raw = store.get(req.key, self._scratch)
-        if raw is None:
+        got = store.get(req.key, scratch=self._scratch)
+        if got is None:
             out[req.out_selection] = self.fill
             return False
+        raw = got.data
         if dest is not None:
             self._decode_into(codec, req.key, raw, dest)
             return True
@@ -454,8 +461,9 @@ class ArrayEngine:
                 gap, size = coalescing.max_gap, coalescing.max_bytes
             else:
                 gap, size = min(gap, coalescing.max_gap), min(size, coalescing.max_bytes)
-        delegated = store if isinstance(store, CoalescingStore) else None
-        return _FetchPolicy(remote=remote, limits=Coalescing(gap, size), delegated=delegated)
+        return _FetchPolicy(
+            remote=remote, limits=Coalescing(gap, size), delegated=store.caps.coalesces
+        )
 
     def _read_shard_items(
         self,
@@ -548,8 +556,8 @@ class ArrayEngine:
         try:
             if len(flat) == sh.n_inner:
                 got = self._fetch_whole_shard(store, sh, key, flat, pool, policy.remote)
-            elif (opener := getattr(store, "open_object", None)) is not None:
-                reader = opener(key)
+            elif store.caps.open_object:
+                reader = store.open_object(key)
                 if reader is None:
                     return [(i, r) for i, r, _ in reads]
                 try:
@@ -644,17 +652,10 @@ class ArrayEngine:
         remote: bool,
     ) -> tuple[npt.NDArray[np.uint64], dict[int, Buf]] | None:
         """One request for the whole shard, index included; its index is cached if remote."""
-        version: str | None = None
-        get_versioned = getattr(store, "get_versioned", None) if remote else None
-        if get_versioned is not None:
-            got = get_versioned(key)
-            if got is None:
-                return None
-            raw, version = got
-        else:
-            raw = store.get(key, pool)
-            if raw is None:
-                return None
+        got = store.get(key, scratch=pool)
+        if got is None:
+            return None
+        raw, version = got.data, got.version
         u8, table = sh.split(raw)
         sources = {
             i: u8[int(table[i, 0]) : int(table[i, 0]) + int(table[i, 1])]
@@ -687,10 +688,9 @@ class ArrayEngine:
         """
         remote = policy.remote
         entry = self._usable_index(store, key) if remote else None
-        overfetch = remote and policy.delegated is None
+        overfetch = remote and not policy.delegated
         if entry is None and overfetch and self._fetch_whole(len(flat)):
             return self._fetch_whole_shard(store, sh, key, flat, pool, remote)
-        ranges_if = getattr(store, "get_ranges_if", None)
         for attempt in range(3):
             cached = entry is not None
             if entry is None:
@@ -699,14 +699,12 @@ class ArrayEngine:
                     return None
             table, size, version = entry
             fetch: Callable[[list[tuple[int, int]]], Sequence[Buf | None] | None]
-            if policy.delegated is not None:
-                fetch = functools.partial(
-                    policy.delegated.get_ranges_coalesced, key, limits=policy.limits
-                )
-            elif ranges_if is not None and version is not None:
-                fetch = functools.partial(ranges_if, key, version=version)
-            else:
-                fetch = functools.partial(store.get_ranges, key)
+            fetch = functools.partial(
+                store.get_ranges,
+                key,
+                if_match=version if isinstance(version, str) else None,
+                limits=policy.limits,
+            )
             try:
                 sources = self._fetch_inner_ranges(fetch, key, table, flat, size, policy)
             except StaleObjectError:
@@ -771,39 +769,19 @@ class ArrayEngine:
         """The shard's decoded index, its size if known and its version (ETag) if known."""
         n = sh.index_nbytes
         if sh.index_location == "end":
-            version: str | None = None
-            suffix_versioned = getattr(store, "get_suffix_versioned", None)
-            if suffix_versioned is not None:
-                got3 = suffix_versioned(key, n)
-                if got3 is None:
-                    return None
-                raw, size, version = got3
-            else:
-                got = store.get_suffix(key, n)
-                if got is None:
-                    return None
-                raw, size = got
+            got = store.get(key, Suffix(n))
+            if got is None:
+                return None
+            raw, size, version = got
             got_n = memoryview(raw).nbytes
             if (size if size is not None else got_n) < n:
                 short = size if size is not None else got_n
                 raise CorruptChunkError(f"shard is {short} bytes, shorter than its {n}-byte index")
             return sh.decode_index(raw, shard_nbytes=size), size, version
-        if policy.delegated is not None:
-            # One ranged read, as zarr reads an index at the start of a shard.
-            raw_start = policy.delegated.get_range(key, 0, n)
-            if raw_start is None:
-                return None
-            return sh.decode_index(raw_start, shard_nbytes=None), None, None
-        range_versioned = getattr(store, "get_range_versioned", None)
-        if range_versioned is not None:
-            got_v = range_versioned(key, 0, n)
-            if got_v is None:
-                return None
-            return sh.decode_index(got_v[0], shard_nbytes=None), None, got_v[1]
-        parts = store.get_ranges(key, [(0, n)])
-        if parts is None:
+        got = store.get(key, Range(0, n))
+        if got is None:
             return None
-        return sh.decode_index(parts[0], shard_nbytes=None), None, None
+        return sh.decode_index(got.data, shard_nbytes=None), None, got.version
 
     def _fetch_whole(self, n_needed: int) -> bool:
         """Whether a remote partial read of ``n_needed`` inner chunks should fetch the shard.
@@ -836,7 +814,7 @@ class ArrayEngine:
         ]
         if not ranges:
             return {}
-        if policy.delegated is not None:
+        if policy.delegated:
             reads = [CoalescedRange(r.start, r.length, (r,)) for r in ranges]
         else:
             limits = policy.limits
@@ -949,12 +927,19 @@ class ArrayEngine:
         parallel_map(one, requests, io_threads(store, self.settings))
 
     @staticmethod
-    def _get_for_update(store: ChunkStore, key: str, scratch: Scratch | None = None) -> Buf | None:
-        """The stored object about to be rewritten (lets the store make the put conditional)."""
-        get_for_update = getattr(store, "get_for_update", None)
-        if get_for_update is not None:
-            return get_for_update(key)
-        return store.get(key, scratch)
+    def _put_args(store: ChunkStore, old: GetResult | None) -> tuple[PutMode, str | None]:
+        """How to put an object that a read-modify-write read as ``old`` (``None``: missing).
+
+        Conditional on what was read where the store has conditional puts: a concurrent
+        writer's update is then refused instead of silently lost.
+        """
+        if not store.caps.conditional_put:
+            return PutMode.OVERWRITE, None
+        if old is None:
+            return PutMode.CREATE, None
+        if old.version is None:
+            return PutMode.OVERWRITE, None
+        return PutMode.UPDATE, old.version
 
     def _merge(
         self,
@@ -1016,23 +1001,30 @@ class ArrayEngine:
                     if data is None:
                         store.delete(req.key)
                     else:
-                        store.set(req.key, data)
+                        store.put(req.key, data)
                 return
         # Read-modify-write under the chunk's lock: concurrent writers in this process
         # serialize instead of losing each other's updates.
         with write_locks(store, (req.key,)):
             existing = None
+            old = None
             if not req.complete:
-                raw = self._get_for_update(store, req.key, self._scratch)
-                if raw is not None:
-                    existing = self._decode(codec, req.key, raw)
+                old = store.get(req.key, scratch=self._scratch, fresh=True)
+                if old is not None:
+                    existing = self._decode(codec, req.key, old.data)
             merged = self._merge(
                 existing, codec.shape, req.chunk_selection, value, req.out_selection, drop_axes
             )
             if self._is_empty(merged, write_empty_chunks):
                 store.delete(req.key)
             else:
-                store.set(req.key, self._encode(codec, req.key, merged))
+                mode, version = self._put_args(store, old) if not req.complete else (
+                    PutMode.OVERWRITE,
+                    None,
+                )
+                store.put(
+                    req.key, self._encode(codec, req.key, merged), mode=mode, version=version
+                )
 
     def _write_sharded(
         self,
@@ -1049,38 +1041,7 @@ class ArrayEngine:
         two (parallel over every touched inner chunk of the wave) encodes; phase three
         (parallel over shards) assembles and stores each shard once.
         """
-        n = io_threads(store, self.settings)
-        if getattr(store, "get_for_update", None) is not None:
-            # Conditional puts: the store ties the put to the version read on the same thread,
-            # so each shard is read, re-encoded and written by one task.
-            def one_shard(req: ChunkRequest) -> None:
-                try:
-                    with write_locks(store, (req.key,)):
-                        self._rewrite_shard(store, sh, req, value, drop_axes, write_empty_chunks)
-                finally:
-                    if self.index_cache is not None:
-                        self.index_cache.discard(req.key)
-
-            parallel_map(one_shard, requests, n)
-            return
         self._write_shard_waves(store, sh, requests, value, drop_axes, write_empty_chunks)
-
-    def _rewrite_shard(
-        self,
-        store: ChunkStore,
-        sh: ShardingCodec,
-        req: ChunkRequest,
-        value: npt.NDArray[Any],
-        drop_axes: tuple[int, ...],
-        write_empty_chunks: bool,
-    ) -> None:
-        """Read, merge, re-encode and store one shard in the calling thread."""
-        w = self._plan_shard_write(store, sh, req, value, drop_axes)
-        if w is None:
-            return
-        for i, region in w.touched:
-            w.set_inner(i, self._encode_inner(sh, w, region, write_empty_chunks))
-        self._put_shard(store, sh, w)
 
     def _write_shard_waves(
         self,
@@ -1133,13 +1094,13 @@ class ArrayEngine:
             return None
         return self._encode(sh.inner, w.key, chunk)
 
-    @staticmethod
-    def _put_shard(store: ChunkStore, sh: ShardingCodec, w: _ShardWrite) -> None:
+    def _put_shard(self, store: ChunkStore, sh: ShardingCodec, w: _ShardWrite) -> None:
         blob = sh.assemble(w.stored)
         if blob is None:
             store.delete(w.key)
         else:
-            store.set(w.key, blob)
+            mode, version = self._put_args(store, w.old) if w.read else (PutMode.OVERWRITE, None)
+            store.put(w.key, blob, mode=mode, version=version)
 
     def _plan_shard_write(
         self,
@@ -1178,11 +1139,12 @@ class ArrayEngine:
                 ]
                 return _ShardWrite(key=req.key, src=src, touched=touched, stored={})
         old: dict[int, Buf] = {}
+        got: GetResult | None = None
         if not whole:
-            raw = self._get_for_update(store, req.key)
-            if raw is not None:
+            got = store.get(req.key, fresh=True)
+            if got is not None:
                 try:
-                    u8, table = sh.split(raw)
+                    u8, table = sh.split(got.data)
                 except CorruptChunkError as exc:
                     where = _where(req.key, self.spec.path).replace("chunk", "shard", 1)
                     raise CorruptChunkError(f"Corrupt {where}: {exc}") from exc
@@ -1226,4 +1188,6 @@ class ArrayEngine:
                 )
                 part = part[item]
             buf[sel] = part
-        return _ShardWrite(key=req.key, src=buf, touched=touched, stored=old)
+        return _ShardWrite(
+            key=req.key, src=buf, touched=touched, stored=old, read=not whole, old=got
+        )

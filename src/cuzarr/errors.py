@@ -13,6 +13,8 @@ __all__ = [
     "CuzarrError",
     "MetadataError",
     "NodeNotFoundError",
+    "ReadOnlyError",
+    "StaleObjectError",
     "StoreError",
     "UnsupportedError",
 ]
@@ -51,3 +53,16 @@ class StoreError(CuzarrError, OSError):
 
 class NodeNotFoundError(CuzarrError, FileNotFoundError):
     """No array or group exists at the given path."""
+
+
+class StaleObjectError(StoreError):
+    """An object changed since the version a read or put was conditional on.
+
+    HTTP 412 on ``If-Match``, or a conditional put refused because another writer replaced
+    (or created) the object first. The shard reader re-reads a shard's index and retries; a
+    refused put is raised to the caller with the other writer's object left in place.
+    """
+
+
+class ReadOnlyError(CuzarrError, ValueError):
+    """A write to a store or array opened read-only (a ``ValueError``, as in zarr-python)."""

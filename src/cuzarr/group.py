@@ -16,7 +16,7 @@ from cuzarr.errors import MetadataError, NodeNotFoundError
 from cuzarr.metadata.load import GroupSpec, normalize_node_path
 
 if TYPE_CHECKING:
-    from cuzarr.api import StoreHandle
+    from cuzarr.stores.targets import StoreHandle
 
 __all__ = ["Group"]
 

@@ -15,6 +15,10 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cuzarr.stores.base import ChunkStore
 
 __all__ = ["file_locks", "object_locks", "write_locks"]
 
@@ -181,17 +185,17 @@ def file_locks(root: str, keys: Iterable[str]) -> Iterator[None]:
 
 
 @contextmanager
-def write_locks(store: object, keys: Iterable[str]) -> Iterator[None]:
+def write_locks(store: ChunkStore, keys: Iterable[str]) -> Iterator[None]:
     """Hold the locks of a read-modify-write of ``keys`` in ``store``.
 
-    Per thread in this process always; per process as well for stores that offer it (local
-    folders, through their ``lock_root``).
+    Per thread in this process always; per process as well for stores that declare a lock
+    folder (:attr:`~cuzarr.stores.base.StoreCaps.lock_root`: local folders).
     """
     names = list(keys)
-    with object_locks(str(getattr(store, "name", id(store))), names):
-        root = getattr(store, "lock_root", None)
+    with object_locks(store.name, names):
+        root = store.caps.lock_root
         if root is None:
             yield
         else:
-            with file_locks(str(root), names):
+            with file_locks(root, names):
                 yield

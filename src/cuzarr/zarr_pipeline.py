@@ -256,7 +256,9 @@ class Pipeline(CodecPipeline):
         store, requests = routed
         engine = self.engine
         assert engine is not None
-        chunk_store = from_zarr_store(store, asyncio.get_running_loop())
+        chunk_store = from_zarr_store(
+            store, asyncio.get_running_loop(), concurrency=self.settings.io_concurrency
+        )
         coalescing = None
         if engine.sharding is not None:
             coalescing = Coalescing(*compat.sharding_coalescing(batch[0][1]))
@@ -288,7 +290,9 @@ class Pipeline(CodecPipeline):
             return
         store, requests = routed
         assert self.engine is not None
-        chunk_store = from_zarr_store(store, asyncio.get_running_loop())
+        chunk_store = from_zarr_store(
+            store, asyncio.get_running_loop(), concurrency=self.settings.io_concurrency
+        )
         await asyncio.to_thread(
             self.engine.write,
             chunk_store,

@@ -446,7 +446,8 @@ class GpuEngine:
             max_bytes=self.settings.max_bytes_in_flight,
             max_count=MAX_BATCH,
         ):
-            raws = parallel_map(lambda r: store.get(r.key), wave, self.settings.n_threads)
+            gets = parallel_map(lambda r: store.get(r.key), wave, self.settings.n_threads)
+            raws = [None if g is None else g.data for g in gets]
             present = [i for i, raw in enumerate(raws) if raw is not None]
             found: list[Buf] = [raw for raw in raws if raw is not None]
             chunks = self._decode_many([wave[i].key for i in present], found)
@@ -599,7 +600,7 @@ class GpuEngine:
                 chunks.append(chunk)
             blobs = encode_chunks(chain, chunks)
             for key, blob in zip(keys, blobs, strict=True):
-                store.set(key, blob)
+                store.put(key, blob)
 
 
 def _all_fill(chunk: Any, fill: Any) -> Any:

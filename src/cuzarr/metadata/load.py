@@ -88,10 +88,10 @@ def _key(path: str, name: str) -> str:
 
 
 def _get_document(store: ChunkStore, path: str, name: str) -> dict[str, Any] | None:
-    raw = store.get(_key(path, name))
-    if raw is None:
+    got = store.get(_key(path, name))
+    if got is None:
         return None
-    return load_json_document(bytes(memoryview(raw)), document=name, path=path)
+    return load_json_document(bytes(memoryview(got.data)), document=name, path=path)
 
 
 def _format_error(path: str, document: str, doc: dict[str, Any], expected: int) -> MetadataError:

@@ -1,13 +1,20 @@
-"""Stores the engine reads and writes: local folders, memory, object stores, any zarr Store."""
+"""Stores the engine reads and writes: local folders, memory, object stores, any zarr Store.
+
+:mod:`cuzarr.stores.base` holds the contract (:class:`ChunkStore`, :class:`StoreCaps`); one
+module per store; :func:`from_zarr_store` picks the store for a zarr-python ``Store``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from cuzarr.stores.base import ChunkStore, Scratch
+from cuzarr import _zarr_compat as compat
+from cuzarr.stores.base import ChunkStore, Scratch, StoreCaps
+from cuzarr.stores.io_loop import track_loop
 from cuzarr.stores.local import LocalChunkStore
 from cuzarr.stores.memory import MemoryChunkStore
+from cuzarr.stores.obstore_ import ObstoreChunkStore
 from cuzarr.stores.zarr_store import ZarrChunkStore
 
 if TYPE_CHECKING:
@@ -17,7 +24,9 @@ __all__ = [
     "ChunkStore",
     "LocalChunkStore",
     "MemoryChunkStore",
+    "ObstoreChunkStore",
     "Scratch",
+    "StoreCaps",
     "ZarrChunkStore",
     "from_zarr_store",
     "io_threads",
@@ -51,10 +60,9 @@ def from_zarr_store(
     name : str, optional
         What messages call an object store (e.g. the URL it was opened from).
     concurrency : int, optional
-        Requests in flight on an object store.
+        Requests in flight on an object store (pass ``Settings.io_concurrency`` when the user
+        chose none; obstore stores otherwise allow 32).
     """
-    from cuzarr import _zarr_compat as compat
-
     root = compat.local_store_root(store)
     if root is not None:
         return LocalChunkStore(root, read_only=store.read_only)
@@ -62,10 +70,7 @@ def from_zarr_store(
         return MemoryChunkStore(store)
     inner = compat.obstore_of(store)
     if inner is not None:
-        from cuzarr.stores.obstore_ import ObstoreChunkStore
-
         track_zarr_loop()
-
         return ObstoreChunkStore(
             inner, name=name or str(store), read_only=store.read_only, concurrency=concurrency
         )
@@ -78,32 +83,22 @@ def track_zarr_loop() -> None:
     See :mod:`cuzarr.stores.io_loop`: obstore calls back into whichever loop awaits a request,
     and zarr's loop awaits the metadata requests of a zarr ``ObjectStore``.
     """
-    from cuzarr import _zarr_compat as compat
-    from cuzarr.stores.io_loop import track_loop
-
     track_loop(compat.zarr_io_loop())
 
 
 def is_remote(store: ChunkStore) -> bool:
-    """Whether requests to ``store`` have a high latency (object stores, any other store).
-
-    A store says so with a ``remote`` attribute; without one, every store other than local
-    folders and memory counts as remote.
-    """
-    flag = getattr(store, "remote", None)
-    if flag is not None:
-        return bool(flag)
-    return not isinstance(store, (LocalChunkStore, MemoryChunkStore))
+    """Whether requests to ``store`` cost a round trip (its :attr:`StoreCaps.remote`)."""
+    return store.caps.remote
 
 
 def io_threads(store: ChunkStore, settings: Settings) -> int:
     """Engine threads for one batch on ``store``: more than the cores for remote stores.
 
-    Remote stores spend their time waiting on requests: the engine keeps
-    ``Settings.io_concurrency`` of them in flight (or the store's own ``io_concurrency``).
+    Remote stores spend their time waiting on requests: the engine keeps the store's
+    :attr:`StoreCaps.concurrency` (else ``Settings.io_concurrency``) of them in flight.
     """
     n = settings.n_threads
-    if not is_remote(store):
+    caps = store.caps
+    if not caps.remote:
         return n
-    own = getattr(store, "io_concurrency", None)
-    return max(n, int(own) if own else settings.io_concurrency)
+    return max(n, caps.concurrency or settings.io_concurrency)

@@ -1,38 +1,148 @@
-"""The store interface of the engine: synchronous, called from worker threads.
+"""The store contract of the engine: one typed protocol, capabilities declared, not probed.
 
-Stores hand back buffers (``bytes``, ``memoryview`` or ``uint8`` arrays). A missing key is
-``None``, never an error: it reads as the fill value.
+Every store the engine reads and writes (local folders, memory, object stores, any zarr-python
+``Store``) implements :class:`ChunkStore`. What a store can do beyond the common methods is
+declared once in its :class:`StoreCaps`; the engine, the shard reader and the locks read those
+flags and never look for optional methods. Methods are synchronous and called from worker
+threads.
+
+Reads return :class:`GetResult` (the bytes, the object's size when known, its version when the
+store has versions), as obstore's ``GetResult`` does; a missing key is ``None``, never an error.
+Writes are :meth:`ChunkStore.put` with an explicit :class:`PutMode`: a read-modify-write passes
+the version it read, so a store with conditional puts refuses the put if another writer got
+there first. No state is handed from one call to the next.
 """
 
 from __future__ import annotations
 
+import enum
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-from cuzarr.codecs.base import Buf
-from cuzarr.errors import StoreError
+from cuzarr.codecs.base import Buf, as_u8
+from cuzarr.errors import StaleObjectError, UnsupportedError
 
 __all__ = [
+    "BaseChunkStore",
     "BufferPool",
     "ChunkStore",
     "Coalescing",
-    "CoalescingStore",
+    "GetResult",
     "ObjectReader",
+    "PutMode",
+    "Range",
     "Scratch",
     "StaleObjectError",
+    "StoreCaps",
+    "Suffix",
 ]
 
 
-class StaleObjectError(StoreError):
-    """An object changed since the version a read was conditional on (HTTP 412 on If-Match).
+@dataclass(frozen=True, slots=True)
+class StoreCaps:
+    """What a store can do, declared by the store.
 
-    Raised by stores with versioned reads (``get_ranges_if``); the engine re-reads the shard
-    index once and retries.
+    Attributes
+    ----------
+    remote : bool
+        A request costs a round trip (object stores, zarr stores used through their API):
+        the engine keeps many requests in flight and may cache shard indexes.
+    read_into : bool
+        :meth:`ChunkStore.read_into` reads straight into the caller's buffer (positional
+        reads); otherwise it is a copy of :meth:`ChunkStore.get` and not worth calling.
+    open_object : bool
+        :meth:`ChunkStore.open_object` gives one version of an object for several ranged
+        reads (a local file descriptor, a stored memory buffer).
+    small_reads : bool
+        ``get(key, size_hint=n)`` reads an object of about ``n`` bytes in one call, without
+        looking up its size first.
+    versions : bool
+        Reads return the object's version (an ETag); ``if_match`` makes them conditional.
+    conditional_put : bool
+        :meth:`ChunkStore.put` honours :attr:`PutMode.CREATE` and :attr:`PutMode.UPDATE`.
+    coalesces : bool
+        The store merges the ranges of :meth:`ChunkStore.get_ranges` itself, within the bounds
+        passed to it (a zarr ``Store``'s ``get_ranges``): the engine hands it each range as it
+        is and makes exactly the requests zarr's sharding codec would make.
+    listing : bool
+        :meth:`ChunkStore.list_dir` and :meth:`ChunkStore.list_sizes` work.
+    device_reads : bool
+        The store can read into device (GPU) memory.
+    lock_root : str or None
+        A folder for cross-process write locks (local folders), see :mod:`cuzarr.engine.locks`.
+    concurrency : int or None
+        Requests in flight on this store (``None``: ``Settings.io_concurrency`` when remote).
     """
+
+    remote: bool = False
+    read_into: bool = False
+    open_object: bool = False
+    small_reads: bool = False
+    versions: bool = False
+    conditional_put: bool = False
+    coalesces: bool = False
+    listing: bool = True
+    device_reads: bool = False
+    lock_root: str | None = None
+    concurrency: int | None = None
+
+
+class Range(NamedTuple):
+    """The byte range ``[start, start + length)`` of an object (short at its end)."""
+
+    start: int
+    length: int
+
+
+class Suffix(NamedTuple):
+    """The last ``length`` bytes of an object (all of it, if shorter)."""
+
+    length: int
+
+
+class GetResult(NamedTuple):
+    """What a read returns: the bytes, the object's size, its version."""
+
+    data: Buf
+    #: Size of the whole object in bytes, when the read tells it (always for whole objects).
+    size: int | None
+    #: The object's version (ETag) on stores with versions, else ``None``.
+    version: str | None = None
+
+
+class PutMode(enum.Enum):
+    """How :meth:`ChunkStore.put` treats an existing object."""
+
+    #: Replace whatever is there (or create).
+    OVERWRITE = "overwrite"
+    #: Create; refuse if the object exists (it did not when it was read).
+    CREATE = "create"
+    #: Replace only if the object still has the version passed with the put.
+    UPDATE = "update"
+
+
+@dataclass(frozen=True, slots=True)
+class Coalescing:
+    """Bounds on merging byte ranges of one object into fewer reads.
+
+    zarr-python's ``array.sharding_coalesce_max_gap_bytes`` and
+    ``array.sharding_coalesce_max_bytes`` (global or per array) in the zarr pipeline path.
+
+    Attributes
+    ----------
+    max_gap : int
+        Ranges at most this many bytes apart may be read as one.
+    max_bytes : int
+        No merged read is larger than this.
+    """
+
+    max_gap: int
+    max_bytes: int
 
 
 class Scratch:
@@ -89,10 +199,8 @@ class BufferPool:
 class ObjectReader(Protocol):
     """One open version of one object: ranged reads that all see the same bytes.
 
-    Stores that can offer this cheaply (local files through one file descriptor, memory)
-    implement ``ChunkStore.open_object(key) -> ObjectReader | None``; the engine then reads a
-    shard's index and inner chunks from the same version, and caches decoded indexes keyed by
-    :attr:`token`, which changes whenever the object is replaced.
+    Stores with :attr:`StoreCaps.open_object` hand these out; the shard reader then reads a
+    shard's index and inner chunks from the same version.
     """
 
     #: Identifies this version of the object (equal tokens: same bytes).
@@ -111,39 +219,88 @@ class ObjectReader(Protocol):
 
 @runtime_checkable
 class ChunkStore(Protocol):
-    """What the engine needs from a store."""
+    """What the engine needs from a store (see the module docstring)."""
 
     #: A short description for messages, e.g. ``file:///data/a.zarr``.
     name: str
+    #: What the store can do beyond the common methods.
+    caps: StoreCaps
 
-    def get(self, key: str, scratch: Scratch | BufferPool | None = None) -> Buf | None:
-        """Return the whole object, or ``None`` if missing.
+    def get(
+        self,
+        key: str,
+        byte_range: Range | Suffix | None = None,
+        *,
+        if_match: str | None = None,
+        scratch: Scratch | BufferPool | None = None,
+        size_hint: int | None = None,
+        fresh: bool = False,
+    ) -> GetResult | None:
+        """Read an object, or one range of it; ``None`` if it is missing.
 
-        With ``scratch``, the store may return a view into a buffer taken from it.
+        Parameters
+        ----------
+        key : str
+            The object.
+        byte_range : Range or Suffix, optional
+            Only these bytes (a range past the end is short or empty).
+        if_match : str, optional
+            Only if the object still has this version (:class:`StaleObjectError` otherwise);
+            stores without versions ignore it.
+        scratch : Scratch or BufferPool, optional
+            The store may return a view into a buffer taken from it.
+        size_hint : int, optional
+            The expected size, for stores with :attr:`StoreCaps.small_reads` (the result is
+            the whole object whatever its size).
+        fresh : bool
+            Bypass any cache: the caller is about to rewrite the object.
+        """
+        ...
+
+    def get_ranges(
+        self,
+        key: str,
+        ranges: Sequence[tuple[int, int]],
+        *,
+        if_match: str | None = None,
+        limits: Coalescing | None = None,
+    ) -> list[Buf | None] | None:
+        """Read ``(start, length)`` ranges of one object, in flight together.
+
+        ``None`` if the object is missing. Stores with :attr:`StoreCaps.coalesces` merge the
+        ranges within ``limits``; others read each range as given (the engine merged them), and
+        a ``None`` entry appears only for a range a coalescing store returned nothing for.
+
+        Raises
+        ------
+        StaleObjectError
+            With ``if_match``, if the object no longer has that version.
         """
         ...
 
     def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
         """Read a whole object into ``out``; return its size (``None`` if missing).
 
-        Only ``min(size, len(out))`` bytes are written; the caller checks the size.
+        Only ``min(size, len(out))`` bytes are written, and only if the size equals
+        ``len(out)``: the caller checks the size.
         """
         ...
 
-    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
-        """Return ``[start, start+length)`` byte ranges of one object, or ``None`` if missing."""
+    def open_object(self, key: str) -> ObjectReader | None:
+        """Open one version of an object (:attr:`StoreCaps.open_object`); ``None`` if missing."""
         ...
 
-    def get_suffix(self, key: str, length: int) -> tuple[Buf, int | None] | None:
-        """Return the last ``length`` bytes and the object's total size, or ``None``.
+    def put(
+        self, key: str, data: Buf, *, mode: PutMode = PutMode.OVERWRITE, version: str | None = None
+    ) -> None:
+        """Write a whole object atomically: readers see the old or the new value.
 
-        The size may be ``None`` when the store cannot tell it without another request (an
-        object shorter than ``length`` comes back whole, its size then known).
+        Raises
+        ------
+        StaleObjectError
+            On stores with conditional puts, if ``mode`` is ``CREATE`` and the object exists,
+            or ``UPDATE`` and it no longer has ``version`` (the other writer's object is kept).
         """
-        ...
-
-    def set(self, key: str, data: Buf) -> None:
-        """Write a whole object atomically: readers see the old or the new value."""
         ...
 
     def delete(self, key: str) -> None:
@@ -151,48 +308,76 @@ class ChunkStore(Protocol):
         ...
 
     def check_writable(self) -> None:
-        """Raise before any write if the store cannot be written."""
+        """Raise :class:`~cuzarr.errors.ReadOnlyError` before any write to a read-only store."""
+        ...
+
+    def list_dir(self, prefix: str) -> list[str]:
+        """Names directly below ``prefix`` (``""`` or ending in ``/``), sorted."""
+        ...
+
+    def list_sizes(self, prefix: str) -> list[tuple[str, int]]:
+        """Every key below ``prefix`` with its size in bytes."""
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Coalescing:
-    """Bounds on merging byte ranges of one object into fewer reads.
+class BaseChunkStore:
+    """Defaults for the methods a store without the matching capability still answers.
 
-    zarr-python's ``array.sharding_coalesce_max_gap_bytes`` and
-    ``array.sharding_coalesce_max_bytes`` (global or per array) in the zarr pipeline path.
-
-    Attributes
-    ----------
-    max_gap : int
-        Ranges at most this many bytes apart may be read as one.
-    max_bytes : int
-        No merged read is larger than this.
+    ``read_into`` copies from :meth:`get`, ``get_ranges`` reads the ranges one by one,
+    ``open_object`` refuses; listing is refused unless the store implements it.
     """
 
-    max_gap: int
-    max_bytes: int
+    name: str
+    caps: StoreCaps
 
+    def get(
+        self,
+        key: str,
+        byte_range: Range | Suffix | None = None,
+        *,
+        if_match: str | None = None,
+        scratch: Scratch | BufferPool | None = None,
+        size_hint: int | None = None,
+        fresh: bool = False,
+    ) -> GetResult | None:  # pragma: no cover - every store implements it
+        """See :meth:`ChunkStore.get`."""
+        raise NotImplementedError
 
-@runtime_checkable
-class CoalescingStore(Protocol):
-    """A store that plans its own ranged reads (a zarr ``Store`` used through its API).
-
-    The engine hands it each needed range as it is, with the bounds to merge them by, and
-    reads a shard with the requests zarr's sharding codec makes: the whole shard when every
-    inner chunk is needed, else the index (one ranged read) and then one ``get_ranges`` call.
-    """
-
-    def get_range(self, key: str, start: int, length: int) -> Buf | None:
-        """Return ``[start, start+length)`` of one object in one request, ``None`` if missing."""
-        ...
-
-    def get_ranges_coalesced(
-        self, key: str, ranges: list[tuple[int, int]], limits: Coalescing
+    def get_ranges(
+        self,
+        key: str,
+        ranges: Sequence[tuple[int, int]],
+        *,
+        if_match: str | None = None,
+        limits: Coalescing | None = None,
     ) -> list[Buf | None] | None:
-        """Return each ``(start, length)`` range, merged as the store sees fit within ``limits``.
+        """One :meth:`get` per range (stores that can do better override this)."""
+        out: list[Buf | None] = []
+        for start, length in ranges:
+            got = self.get(key, Range(start, length), if_match=if_match)
+            if got is None:
+                return None
+            out.append(got.data)
+        return out
 
-        ``None`` when the object is missing (also when it disappears between reads); a
-        ``None`` entry for a range the store returned nothing for.
-        """
-        ...
+    def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
+        """Copy the object into ``out`` when the sizes match; return its size."""
+        got = self.get(key)
+        if got is None:
+            return None
+        data = as_u8(got.data)
+        if data.nbytes == out.nbytes:
+            out[...] = data
+        return int(data.nbytes)
+
+    def open_object(self, key: str) -> ObjectReader | None:
+        """Refused: this store has no :attr:`StoreCaps.open_object`."""
+        raise UnsupportedError(f"{self.name} cannot open one version of an object for reads")
+
+    def list_dir(self, prefix: str) -> list[str]:
+        """Refused unless the store implements listing."""
+        raise UnsupportedError(f"{self.name} cannot list its keys")
+
+    def list_sizes(self, prefix: str) -> list[tuple[str, int]]:
+        """Refused unless the store implements listing."""
+        raise UnsupportedError(f"{self.name} cannot list its keys")

@@ -19,12 +19,24 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf, as_u8
-from cuzarr.stores.base import BufferPool, ChunkStore, Scratch
+from cuzarr.stores.base import (
+    BaseChunkStore,
+    BufferPool,
+    ChunkStore,
+    Coalescing,
+    GetResult,
+    PutMode,
+    Range,
+    Scratch,
+    Suffix,
+)
 
 __all__ = ["CachedChunkStore", "ObjectCache", "cached"]
 
@@ -111,8 +123,12 @@ class ObjectCache:
                 self._nbytes -= old.nbytes + self.ENTRY_OVERHEAD
 
 
-class CachedChunkStore:
+class CachedChunkStore(BaseChunkStore):
     """A :class:`~cuzarr.stores.base.ChunkStore` serving whole objects from an :class:`ObjectCache`.
+
+    Its capabilities are the inner store's, less positional and open-object reads (served from
+    memory or fetched whole); reads with ``fresh=True`` (a read-modify-write about to put a new
+    version) or ``if_match`` bypass the cache.
 
     Parameters
     ----------
@@ -125,105 +141,80 @@ class CachedChunkStore:
     def __init__(self, inner: ChunkStore, cache: ObjectCache) -> None:
         self.inner = inner
         self.cache = cache
-        self.name: str = str(getattr(inner, "name", repr(inner)))
-        self.remote = True
-        own = getattr(inner, "io_concurrency", None)
-        self.io_concurrency: int | None = int(own) if own else None
+        self.name: str = inner.name
+        self.caps = replace(
+            inner.caps, remote=True, read_into=False, open_object=False, small_reads=False
+        )
 
     def __repr__(self) -> str:
         return f"CachedChunkStore({self.inner!r}, max_bytes={self.cache.max_bytes})"
 
-    def get(self, key: str, scratch: Scratch | BufferPool | None = None) -> Buf | None:
-        """A whole object: from the cache, or fetched (into a buffer of its own) and kept."""
-        got = self.get_versioned(key)
-        return None if got is None else got[0]
-
-    def get_versioned(self, key: str) -> tuple[Buf, str | None] | None:
-        """A whole object and its version: cached (version unknown), or fetched and kept."""
-        hit = self.cache.lookup(key)
-        if hit is not None:
-            return None if hit is _MISSING else (hit, None)
+    def _fetch_whole(self, key: str) -> GetResult | None:
         generation = self.cache.generation
-        inner = getattr(self.inner, "get_versioned", None)
-        got: tuple[Buf, str | None] | None
-        if inner is not None:
-            got = inner(key)
-        else:
-            value = self.inner.get(key)
-            got = None if value is None else (value, None)
-        self.cache.put(key, None if got is None else got[0], generation)
+        got = self.inner.get(key)
+        self.cache.put(key, None if got is None else got.data, generation)
         return got
 
-    def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
-        """Copy an object into ``out`` when the sizes match; return its size."""
-        data = self.get(key)
-        if data is None:
-            return None
-        u8 = as_u8(data)
-        if u8.nbytes == out.nbytes:
-            out[...] = u8
-        return int(u8.nbytes)
+    def get(
+        self,
+        key: str,
+        byte_range: Range | Suffix | None = None,
+        *,
+        if_match: str | None = None,
+        scratch: Scratch | BufferPool | None = None,
+        size_hint: int | None = None,
+        fresh: bool = False,
+    ) -> GetResult | None:
+        """A whole object or a range: from the cache (version unknown), or from the store.
 
-    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
+        Whole objects fetched from the store are kept; ranges of objects not cached are read
+        from the store and not kept.
+        """
+        if fresh:
+            self.cache.discard(key)
+            return self.inner.get(key, byte_range, if_match=if_match, fresh=True)
+        if if_match is None:
+            hit = self.cache.lookup(key)
+            if hit is not None:
+                if hit is _MISSING:
+                    return None
+                n = int(hit.nbytes)
+                if byte_range is None:
+                    return GetResult(hit, n)
+                if isinstance(byte_range, Suffix):
+                    return GetResult(hit[max(0, n - byte_range.length) :], n)
+                return GetResult(hit[byte_range.start : byte_range.start + byte_range.length], n)
+            if byte_range is None:
+                return self._fetch_whole(key)
+        return self.inner.get(key, byte_range, if_match=if_match)
+
+    def get_ranges(
+        self,
+        key: str,
+        ranges: Sequence[tuple[int, int]],
+        *,
+        if_match: str | None = None,
+        limits: Coalescing | None = None,
+    ) -> list[Buf | None] | None:
         """Byte ranges: slices of a cached object, else one batch from the store (not kept)."""
-        return self.get_ranges_if(key, ranges, None)
-
-    def get_ranges_if(
-        self, key: str, ranges: list[tuple[int, int]], version: str | None
-    ) -> list[Buf] | None:
-        """Byte ranges: of a cached object, else from the store, conditional on ``version``."""
         hit = self.cache.lookup(key)
         if hit is not None:
             if hit is _MISSING:
                 return None
             return [hit[start : start + length] for start, length in ranges]
-        inner = getattr(self.inner, "get_ranges_if", None)
-        if inner is None or version is None:
-            return self.inner.get_ranges(key, ranges)
-        return inner(key, ranges, version)  # type: ignore[no-any-return]
-
-    def get_range_versioned(
-        self, key: str, start: int, length: int
-    ) -> tuple[Buf, str | None] | None:
-        """One range and the version: from a cached object (version unknown), else the store."""
-        hit = self.cache.lookup(key)
-        if hit is not None:
-            return None if hit is _MISSING else (hit[start : start + length], None)
-        inner = getattr(self.inner, "get_range_versioned", None)
-        if inner is not None:
-            return inner(key, start, length)  # type: ignore[no-any-return]
-        got = self.inner.get_ranges(key, [(start, length)])
-        return None if got is None else (got[0], None)
-
-    def get_suffix(self, key: str, length: int) -> tuple[Buf, int | None] | None:
-        """The last ``length`` bytes and the size: from a cached object, else the store."""
-        got = self.get_suffix_versioned(key, length)
-        return None if got is None else (got[0], got[1])
-
-    def get_suffix_versioned(
-        self, key: str, length: int
-    ) -> tuple[Buf, int | None, str | None] | None:
-        """The last ``length`` bytes, the size and the version (unknown for cached objects)."""
-        hit = self.cache.lookup(key)
-        if hit is not None:
-            if hit is _MISSING:
-                return None
-            return hit[max(0, hit.nbytes - length) :], int(hit.nbytes), None
-        inner = getattr(self.inner, "get_suffix_versioned", None)
-        if inner is not None:
-            return inner(key, length)  # type: ignore[no-any-return]
-        got = self.inner.get_suffix(key, length)
-        return None if got is None else (got[0], got[1], None)
+        return self.inner.get_ranges(key, ranges, if_match=if_match, limits=limits)
 
     def check_writable(self) -> None:
         """Raise if the store is read-only."""
         self.inner.check_writable()
 
-    def set(self, key: str, data: Buf) -> None:
+    def put(
+        self, key: str, data: Buf, *, mode: PutMode = PutMode.OVERWRITE, version: str | None = None
+    ) -> None:
         """Write through; the cached object is dropped before and after."""
         self.cache.discard(key)
         try:
-            self.inner.set(key, data)
+            self.inner.put(key, data, mode=mode, version=version)
         finally:
             self.cache.discard(key)
 
@@ -235,18 +226,15 @@ class CachedChunkStore:
         finally:
             self.cache.discard(key)
 
+    def list_dir(self, prefix: str) -> list[str]:
+        """The inner store's listing."""
+        return self.inner.list_dir(prefix)
 
-class _CachedUpdatableChunkStore(CachedChunkStore):
-    """For stores with ``get_for_update`` (conditional writes): that read bypasses the cache."""
-
-    def get_for_update(self, key: str) -> Buf | None:
-        """Fetch for a read-modify-write from the store itself (it records the version)."""
-        self.cache.discard(key)
-        return self.inner.get_for_update(key)  # type: ignore[attr-defined]
+    def list_sizes(self, prefix: str) -> list[tuple[str, int]]:
+        """The inner store's listing."""
+        return self.inner.list_sizes(prefix)
 
 
 def cached(inner: ChunkStore, cache: ObjectCache) -> CachedChunkStore:
     """Wrap ``inner`` so that reads of whole objects are served from ``cache``."""
-    if getattr(inner, "get_for_update", None) is not None:
-        return _CachedUpdatableChunkStore(inner, cache)
     return CachedChunkStore(inner, cache)

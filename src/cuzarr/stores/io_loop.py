@@ -181,19 +181,23 @@ async def _pending_tasks() -> int:
     return len(asyncio.all_tasks()) - 1  # this one excluded
 
 
-def _wait_tasks(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-    """Wait until ``loop`` runs no other task, or ``deadline`` passes (or it is not running)."""
+def _wait_tasks(loop: asyncio.AbstractEventLoop, deadline: float) -> bool:
+    """Wait until ``loop`` runs no other task; ``False`` if ``deadline`` passes first.
+
+    A loop that is not running (or stops meanwhile) has nothing left to wait for.
+    """
     while loop.is_running() and not loop.is_closed():
         left = deadline - time.monotonic()
         if left <= 0:
-            return
+            return False
         try:
             future = asyncio.run_coroutine_threadsafe(_pending_tasks(), loop)
             if future.result(timeout=left) == 0:
-                return
-        except Exception:  # a loop stopping meanwhile: nothing left to wait for
-            return
+                return True
+        except Exception:  # a loop stopping meanwhile, or the deadline
+            return not loop.is_running()
         time.sleep(0.005)
+    return True
 
 
 def drain(timeout: float = DRAIN_TIMEOUT) -> bool:
@@ -207,9 +211,8 @@ def drain(timeout: float = DRAIN_TIMEOUT) -> bool:
     with state.lock:
         tracked = list(state.tracked)
         loop, thread = state.loop, state.thread
-    for known, _ in tracked:
-        _wait_tasks(known, deadline)
-    idle = all(calls.wait_idle(deadline) for _, calls in tracked)
+    idle = all([_wait_tasks(known, deadline) for known, _ in tracked])
+    idle = all([calls.wait_idle(deadline) for _, calls in tracked]) and idle
     if loop is not None and thread is not None and thread.is_alive():
         with contextlib.suppress(RuntimeError):  # closed meanwhile
             loop.call_soon_threadsafe(loop.stop)

@@ -5,14 +5,25 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf, as_u8
-from cuzarr.errors import StoreError
-from cuzarr.stores.base import BufferPool, Scratch
+from cuzarr.errors import ReadOnlyError, StoreError
+from cuzarr.stores.base import (
+    BaseChunkStore,
+    BufferPool,
+    Coalescing,
+    GetResult,
+    PutMode,
+    Range,
+    Scratch,
+    StoreCaps,
+    Suffix,
+)
 
 __all__ = ["TEMP_SUFFIX", "LocalChunkStore", "check_key"]
 
@@ -87,7 +98,7 @@ class _FileReader:
         os.close(self._fd)
 
 
-class LocalChunkStore:
+class LocalChunkStore(BaseChunkStore):
     """Chunks as files below ``root``.
 
     Parameters
@@ -102,8 +113,13 @@ class LocalChunkStore:
         self.root = Path(root)
         self.read_only = read_only
         self.name = self.root.as_uri() if self.root.is_absolute() else str(self.root)
-        #: Identifies the folder for cross-process write locks (cuzarr.locks.file_locks).
-        self.lock_root = os.path.realpath(self.root)
+        self.caps = StoreCaps(
+            read_into=True,
+            open_object=True,
+            small_reads=True,
+            # Cross-process write locks for this folder (cuzarr.engine.locks.file_locks).
+            lock_root=os.path.realpath(self.root),
+        )
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, check_key(key, self.name))
@@ -115,31 +131,41 @@ class LocalChunkStore:
         except _MISSING:
             return None
 
-    def get(self, key: str, scratch: Scratch | BufferPool | None = None) -> Buf | None:
-        """Read a whole file (into the thread's scratch buffer when given)."""
-        fd = self._open_existing(key)
-        if fd is None:
-            return None
-        try:
-            size = os.fstat(fd).st_size
-            buf = scratch.get(size) if scratch is not None else np.empty(size, np.uint8)
-            got = _pread_exact(fd, memoryview(buf), 0)
-            return buf[:got]
-        finally:
-            os.close(fd)
+    def get(
+        self,
+        key: str,
+        byte_range: Range | Suffix | None = None,
+        *,
+        if_match: str | None = None,
+        scratch: Scratch | BufferPool | None = None,
+        size_hint: int | None = None,
+        fresh: bool = False,
+    ) -> GetResult | None:
+        """Read a file, or a range of it (into the thread's scratch buffer when given).
 
-    def get_small(self, key: str, limit: int) -> bytes | None:
-        """A whole small file in one ``read`` call (no size lookup); ``None`` if missing.
-
-        Returns at most ``limit + 1`` bytes: a result longer than ``limit`` means the file is
-        larger than the caller expects. A short result is possible in principle (a read
-        interrupted by a signal); callers treat both as "use :meth:`get`".
+        With ``size_hint`` and no range, a file of at most that size is read with one ``read``
+        call (no size lookup); a larger one is then read whole as usual.
         """
         fd = self._open_existing(key)
         if fd is None:
             return None
         try:
-            return os.read(fd, limit + 1)
+            if byte_range is None and size_hint is not None:
+                data = os.read(fd, size_hint + 1)
+                if len(data) <= size_hint:
+                    return GetResult(data, len(data))
+            size = os.fstat(fd).st_size
+            if byte_range is None:
+                start, n = 0, size
+            elif isinstance(byte_range, Suffix):
+                start = max(0, size - byte_range.length)
+                n = size - start
+            else:
+                # A hostile shard index may ask for absurd lengths: never allocate past the file.
+                start, n = byte_range.start, max(0, min(byte_range.length, size - byte_range.start))
+            buf = scratch.get(n) if scratch is not None else np.empty(n, np.uint8)
+            got = _pread_exact(fd, memoryview(buf), start)
+            return GetResult(buf[:got], size)
         finally:
             os.close(fd)
 
@@ -167,46 +193,38 @@ class LocalChunkStore:
             os.close(fd)
             raise
 
-    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
+    def get_ranges(
+        self,
+        key: str,
+        ranges: Sequence[tuple[int, int]],
+        *,
+        if_match: str | None = None,
+        limits: Coalescing | None = None,
+    ) -> list[Buf | None] | None:
         """Read byte ranges with positional reads on one open file."""
-        fd = self._open_existing(key)
-        if fd is None:
+        reader = self.open_object(key)
+        if reader is None:
             return None
         try:
-            out: list[Buf] = []
-            size = os.fstat(fd).st_size
-            for start, length in ranges:
-                # A hostile shard index may ask for absurd lengths: never allocate past the file.
-                buf = np.empty(max(0, min(length, size - start)), np.uint8)
-                got = _pread_exact(fd, memoryview(buf), start)
-                out.append(buf[:got])
-            return out
+            return list(reader.read(list(ranges)))
         finally:
-            os.close(fd)
-
-    def get_suffix(self, key: str, length: int) -> tuple[Buf, int] | None:
-        """Read the last ``length`` bytes (fewer if the file is shorter) and the file size."""
-        fd = self._open_existing(key)
-        if fd is None:
-            return None
-        try:
-            size = os.fstat(fd).st_size
-            start = max(0, size - length)
-            buf = np.empty(size - start, np.uint8)
-            got = _pread_exact(fd, memoryview(buf), start)
-            return buf[:got], size
-        finally:
-            os.close(fd)
+            reader.close()
 
     def check_writable(self) -> None:
         """Raise if the store is read-only."""
         if self.read_only:
-            raise ValueError(
+            raise ReadOnlyError(
                 f"store was opened in read-only mode and does not support writing ({self.name})"
             )
 
-    def set(self, key: str, data: Buf) -> None:
-        """Write to a temporary file in the same folder, then rename over the key."""
+    def put(
+        self, key: str, data: Buf, *, mode: PutMode = PutMode.OVERWRITE, version: str | None = None
+    ) -> None:
+        """Write to a temporary file in the same folder, then rename over the key.
+
+        Local folders have no conditional puts: read-modify-writes are serialized by the
+        engine's write locks (threads and processes), so every mode overwrites.
+        """
         path = self._path(key)
         tmp = f"{path}.{uuid.uuid4().hex}{TEMP_SUFFIX}"
         view = memoryview(as_u8(data))
@@ -234,3 +252,26 @@ class LocalChunkStore:
         """Remove a file if it exists."""
         with contextlib.suppress(*_MISSING):
             os.remove(self._path(key))
+
+    def list_dir(self, prefix: str) -> list[str]:
+        """Entries (files and folders) of the folder ``prefix``, sorted."""
+        base = prefix.strip("/")
+        folder = os.path.join(self.root, base) if base else str(self.root)
+        try:
+            with os.scandir(folder) as entries:
+                return sorted(e.name for e in entries)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def list_sizes(self, prefix: str) -> list[tuple[str, int]]:
+        """Every file below the folder ``prefix`` with its size, in-progress writes included."""
+        base = prefix.strip("/")
+        top = os.path.join(self.root, base) if base else str(self.root)
+        out: list[tuple[str, int]] = []
+        for folder, _dirs, files in os.walk(top):
+            rel = os.path.relpath(folder, self.root)
+            head = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            for name in files:
+                with contextlib.suppress(FileNotFoundError):  # removed while listing
+                    out.append((head + name, os.stat(os.path.join(folder, name)).st_size))
+        return sorted(out)

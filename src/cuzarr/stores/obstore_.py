@@ -2,50 +2,50 @@
 
 Every request is a coroutine of obstore's async API run on one private event-loop thread per
 process (:mod:`cuzarr.stores.io_loop`, drained at exit); engine worker threads submit them and
-wait. A per-store semaphore bounds the requests
-in flight, so all the byte ranges of a shard (and the requests of every worker) go out together
-up to that limit. Ranges arrive already coalesced by the engine (``Settings.max_gap`` and
-``max_coalesced``), so obstore's own coalescing is turned off: only needed bytes are fetched.
+wait. A per-store semaphore bounds the requests in flight, so all the byte ranges of a shard
+(and the requests of every worker) go out together up to that limit. Ranges arrive already
+coalesced by the engine, so obstore's own coalescing is not used: only needed bytes are fetched.
 
-Writes put whole objects (one request: chunks and shards are never written in parts). A
-read-modify-write of a chunk or shard is conditional where the store supports it: the object
-is written only if it still has the ETag it had when it was read (or still does not exist), so
-a concurrent writer's update is never silently lost. Transient errors (5xx, dropped
-connections, timeouts) are retried by obstore with exponential backoff (``retry_config``);
-what still fails raises one :class:`~cuzarr.errors.StoreError` naming the URL.
+Reads return the object's ETag as its version; ranges can be conditional on it (``If-Match``).
+Writes put whole objects (one request: chunks and shards are never written in parts), with the
+mode the engine asks for: a read-modify-write is conditional on the ETag it read (or on the
+object still not existing), so a concurrent writer's update is never silently lost. Transient
+errors (5xx, dropped connections, timeouts) are retried by obstore with exponential backoff
+(``retry_config``); what still fails raises one :class:`~cuzarr.errors.StoreError` naming the URL.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime
-import os
 import re
-import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from cuzarr import _zarr_compat as compat
 from cuzarr.codecs.base import Buf, as_u8
-from cuzarr.errors import NodeNotFoundError, StoreError
-from cuzarr.stores.base import BufferPool, Scratch, StaleObjectError
+from cuzarr.errors import NodeNotFoundError, ReadOnlyError, StaleObjectError, StoreError
+from cuzarr.stores.base import (
+    BaseChunkStore,
+    BufferPool,
+    Coalescing,
+    GetResult,
+    PutMode,
+    Range,
+    Scratch,
+    StoreCaps,
+    Suffix,
+)
 from cuzarr.stores.io_loop import run_on_loop
 
-__all__ = [
-    "OBJECT_STORE_SCHEMES",
-    "ObstoreChunkStore",
-    "open_url",
-    "run_on_loop",
-]
+__all__ = ["MULTIPART_THRESHOLD", "ObstoreChunkStore", "first_line"]
 
-#: URL schemes :func:`open_url` handles.
-OBJECT_STORE_SCHEMES = frozenset(
-    {"s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl", "http", "https"}
-)
 #: Objects larger than this are uploaded in parts (still atomic: visible only when complete).
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
+#: Requests in flight per store unless told otherwise (``Settings.io_concurrency``'s default).
+DEFAULT_CONCURRENCY = 32
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
 _NO_BYTES = np.empty(0, np.uint8)
 
@@ -53,20 +53,38 @@ _NO_BYTES = np.empty(0, np.uint8)
 # ---------------------------------------------------------------------------- errors
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an obstore error, with the server's error code, not its XML body."""
     text = str(exc).strip()
     line = text.splitlines()[0] if text else type(exc).__name__
     code = _CODE.search(text)
-    # Keep the message short: the server's error code, not its XML body.
     line = line.split(": <?xml", 1)[0]
     return f"{line} [{code.group(1)}]" if code else line
 
 
 def _is_status(exc: BaseException, status: int) -> bool:
+    """Whether an obstore error is an HTTP ``status`` answer.
+
+    obstore (0.12) raises a generic error for statuses it has no class for (416 Range Not
+    Satisfiable among them) and exposes no status code: its message is all there is.
+    """
     return f"status code: {status}" in str(exc) or f"status: {status}," in str(exc)
 
 
-class ObstoreChunkStore:
+def _missing(exc: BaseException) -> bool:
+    from obstore.exceptions import NotFoundError
+
+    # obstore raises the builtin FileNotFoundError for a missing object.
+    return isinstance(exc, (NotFoundError, FileNotFoundError)) and (
+        "NoSuchBucket" not in str(exc)
+    )
+
+
+def _u8(data: Any) -> Buf:
+    return data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
+
+
+class ObstoreChunkStore(BaseChunkStore):
     """The engine's store over an obstore store (``S3Store``, ``GCSStore``, ``HTTPStore``...).
 
     Parameters
@@ -79,11 +97,8 @@ class ObstoreChunkStore:
     read_only : bool, default False
         Refuse writes.
     concurrency : int, optional
-        Requests in flight at once (default: ``Settings.io_concurrency`` when created).
+        Requests in flight at once (default: ``Settings.io_concurrency``, 32).
     """
-
-    #: High latency per request: the engine keeps many requests in flight and caches indexes.
-    remote = True
 
     def __init__(
         self,
@@ -96,17 +111,11 @@ class ObstoreChunkStore:
         self._store = store
         self.name = name or repr(store)
         self.read_only = read_only
-        #: Requests in flight at once (``None``: ``Settings.io_concurrency``).
-        self.io_concurrency = concurrency
-        if concurrency is None:
-            from cuzarr.config import get_settings
-
-            concurrency = get_settings().io_concurrency
-        self._max_in_flight = concurrency
+        limit = concurrency or DEFAULT_CONCURRENCY
+        self.caps = StoreCaps(remote=True, versions=True, conditional_put=True, concurrency=limit)
+        self._max_in_flight = limit
         self._sem: asyncio.Semaphore | None = None
-        # Versions seen by ``get_for_update`` on this thread, for the conditional ``set``.
-        self._versions = threading.local()
-        self._generation = 0
+        self._zarr_store: Any = None
 
     def __repr__(self) -> str:
         return f"ObstoreChunkStore({self.name})"
@@ -137,7 +146,7 @@ class ObstoreChunkStore:
             UnauthenticatedError,
         )
 
-        detail = _first_line(exc)
+        detail = first_line(exc)
         where = f"'{key}' in {self.name}"
         if isinstance(exc, (NotFoundError, FileNotFoundError)) and "NoSuchBucket" in str(exc):
             return NodeNotFoundError(
@@ -164,197 +173,56 @@ class ObstoreChunkStore:
                 raise
             raise self._error(exc, what, key) from exc
 
-    @staticmethod
-    def _missing(exc: BaseException) -> bool:
-        from obstore.exceptions import NotFoundError
-
-        # obstore raises the builtin FileNotFoundError for a missing object.
-        return isinstance(exc, (NotFoundError, FileNotFoundError)) and (
-            "NoSuchBucket" not in str(exc)
-        )
+    def _stale(self, key: str, version: str | None) -> StaleObjectError:
+        return StaleObjectError(f"'{key}' in {self.name} changed since its version {version}")
 
     # ------------------------------------------------------------------ reads
 
-    async def _get(self, key: str) -> tuple[Any, Any] | None:
+    async def _get(
+        self, key: str, byte_range: Range | None, if_match: str | None
+    ) -> GetResult | None:
         import obstore
+        from obstore.exceptions import PreconditionError
 
-        async def get() -> tuple[Any, Any] | None:
+        if byte_range is not None and byte_range.length <= 0:
+            return GetResult(_NO_BYTES, None, None)
+        options: Any = {}
+        if byte_range is not None:
+            options["range"] = (byte_range.start, byte_range.start + byte_range.length)
+        if if_match is not None:
+            options["if_match"] = if_match
+
+        async def get() -> GetResult | None:
             try:
-                result = await obstore.get_async(self._store, key)
-                return await result.bytes_async(), result.meta
+                result = await obstore.get_async(self._store, key, options=options or None)
+                meta = result.meta
+                data = await result.bytes_async()
+                return GetResult(_u8(data), int(meta["size"]), meta.get("e_tag"))
+            except PreconditionError as exc:
+                raise self._stale(key, if_match) from exc
             except Exception as exc:
-                if self._missing(exc):
+                if _missing(exc):
                     return None
+                if byte_range is not None and _is_status(exc, 416):
+                    # Starts past the end of the object: a short (empty) read.
+                    return GetResult(_NO_BYTES, None, None)
                 raise
 
         return await self._guard(get)
 
-    def get(self, key: str, scratch: Scratch | BufferPool | None = None) -> Buf | None:
-        """Fetch a whole object (one GET); ``None`` if missing."""
-        got = self._call(self._get(key), "read", key)
-        return None if got is None else np.frombuffer(got[0], np.uint8)
-
-    def get_versioned(self, key: str) -> tuple[Buf, str | None] | None:
-        """Fetch a whole object (one GET) and its ETag; ``None`` if missing."""
-        got = self._call(self._get(key), "read", key)
-        if got is None:
-            return None
-        return np.frombuffer(got[0], np.uint8), got[1].get("e_tag")
-
-    def get_for_update(self, key: str) -> Buf | None:
-        """Fetch an object that the calling thread is about to rewrite.
-
-        Remembers its ETag (or that it is missing), so that the next :meth:`set` of ``key``
-        on this thread in the same write call is conditional on it.
-        """
-        got = self._call(self._get(key), "read", key)
-        table: dict[str, tuple[int, str | None]] | None = getattr(self._versions, "table", None)
-        if table is None:
-            table = self._versions.table = {}
-        if got is None:
-            table[key] = (self._generation, None)
-            return None
-        table[key] = (self._generation, got[1].get("e_tag"))
-        return np.frombuffer(got[0], np.uint8)
-
-    def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
-        """Fetch an object and copy it into ``out`` when the sizes match."""
-        data = self.get(key)
-        if data is None:
-            return None
-        n = int(data.nbytes)
-        if n == out.nbytes:
-            out[...] = data
-        return n
-
-    async def _range(self, key: str, start: int, length: int) -> Any:
-        import obstore
-
-        if length <= 0:
-            return _NO_BYTES
-
-        async def one() -> Any:
-            try:
-                return await obstore.get_range_async(self._store, key, start=start, length=length)
-            except Exception as exc:
-                if _is_status(exc, 416):
-                    # Starts past the end of the object: the caller sees a short read.
-                    return _NO_BYTES
-                raise
-
-        return await self._guard(one)
-
-    async def _ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Any] | None:
-        try:
-            return list(await asyncio.gather(*(self._range(key, s, n) for s, n in ranges)))
-        except Exception as exc:
-            if self._missing(exc):
-                return None
-            raise
-
-    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
-        """Fetch byte ranges of one object, all in flight together; ``None`` if missing."""
-        got = self._call(self._ranges(key, ranges), "read ranges of", key)
-        if got is None:
-            return None
-        return [b if isinstance(b, np.ndarray) else np.frombuffer(b, np.uint8) for b in got]
-
-    async def _range_versioned(self, key: str, start: int, length: int) -> tuple[Any, Any] | None:
-        import obstore
-
-        async def one() -> tuple[Any, Any] | None:
-            try:
-                result = await obstore.get_async(
-                    self._store, key, options={"range": (start, start + length)}
-                )
-                return await result.bytes_async(), result.meta.get("e_tag")
-            except Exception as exc:
-                if self._missing(exc):
-                    return None
-                if _is_status(exc, 416):
-                    return _NO_BYTES, None
-                raise
-
-        return await self._guard(one)
-
-    def get_range_versioned(
-        self, key: str, start: int, length: int
-    ) -> tuple[Buf, str | None] | None:
-        """One byte range of an object and the object's ETag (one request); ``None`` if missing."""
-        got = self._call(self._range_versioned(key, start, length), "read a range of", key)
-        if got is None:
-            return None
-        data, tag = got
-        return (data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)), tag
-
-    async def _range_if(self, key: str, start: int, length: int, version: str) -> Any:
-        import obstore
-
-        if length <= 0:
-            return _NO_BYTES
-
-        async def one() -> Any:
-            try:
-                result = await obstore.get_async(
-                    self._store,
-                    key,
-                    options={"range": (start, start + length), "if_match": version},
-                )
-                return await result.bytes_async()
-            except Exception as exc:
-                if _is_status(exc, 416):
-                    return _NO_BYTES
-                raise
-
-        return await self._guard(one)
-
-    async def _ranges_if(
-        self, key: str, ranges: list[tuple[int, int]], version: str
-    ) -> list[Any] | None:
-        from obstore.exceptions import PreconditionError
-
-        try:
-            return list(
-                await asyncio.gather(*(self._range_if(key, s, n, version) for s, n in ranges))
-            )
-        except PreconditionError as exc:
-            raise StaleObjectError(
-                f"'{key}' in {self.name} changed since its version {version} was read"
-            ) from exc
-        except Exception as exc:
-            if self._missing(exc):
-                return None
-            raise
-
-    def get_ranges_if(
-        self, key: str, ranges: list[tuple[int, int]], version: str | None
-    ) -> list[Buf] | None:
-        """Byte ranges of one object, only if it still has ETag ``version`` (``If-Match``).
-
-        Raises
-        ------
-        StaleObjectError
-            If the object changed since (the server answered 412 Precondition Failed).
-        """
-        if version is None:
-            return self.get_ranges(key, ranges)
-        got = self._call(self._ranges_if(key, ranges, version), "read ranges of", key)
-        if got is None:
-            return None
-        return [b if isinstance(b, np.ndarray) else np.frombuffer(b, np.uint8) for b in got]
-
-    async def _suffix(self, key: str, length: int) -> tuple[Any, int, str | None] | None:
+    async def _suffix(self, key: str, length: int) -> GetResult | None:
         import obstore
         from obstore.exceptions import NotSupportedError, PreconditionError
 
-        async def suffix() -> tuple[Any, int, str | None] | None:
+        async def suffix() -> GetResult | None:
             try:
                 try:
                     result = await obstore.get_async(
                         self._store, key, options={"range": {"suffix": length}}
                     )
                     meta = result.meta
-                    return await result.bytes_async(), int(meta["size"]), meta.get("e_tag")
+                    data = await result.bytes_async()
+                    return GetResult(_u8(data), int(meta["size"]), meta.get("e_tag"))
                 except NotSupportedError:
                     pass  # Azure has no suffix requests: size first, then the range
                 except Exception as exc:
@@ -366,7 +234,7 @@ class ObstoreChunkStore:
                 tag = head.get("e_tag")
                 start = max(0, size - length)
                 if size == start:
-                    return _NO_BYTES, size, tag
+                    return GetResult(_NO_BYTES, size, tag)
                 if tag is None:
                     data = await obstore.get_range_async(self._store, key, start=start, end=size)
                 else:
@@ -374,48 +242,110 @@ class ObstoreChunkStore:
                         self._store, key, options={"range": (start, size), "if_match": tag}
                     )
                     data = await got.bytes_async()
-                return data, size, tag
+                return GetResult(_u8(data), size, tag)
             except PreconditionError as exc:  # Azure's HEAD-then-range raced a writer
                 raise StaleObjectError(f"'{key}' in {self.name} changed while read") from exc
             except Exception as exc:
-                if self._missing(exc):
+                if _missing(exc):
                     return None
                 raise
 
         return await self._guard(suffix)
 
-    def get_suffix(self, key: str, length: int) -> tuple[Buf, int] | None:
-        """Fetch the last ``length`` bytes and the object's size in one request."""
-        got = self.get_suffix_versioned(key, length)
-        return None if got is None else (got[0], got[1])
+    def get(
+        self,
+        key: str,
+        byte_range: Range | Suffix | None = None,
+        *,
+        if_match: str | None = None,
+        scratch: Scratch | BufferPool | None = None,
+        size_hint: int | None = None,
+        fresh: bool = False,
+    ) -> GetResult | None:
+        """One GET: the whole object or a range (optionally ``If-Match``), with size and ETag.
 
-    def get_suffix_versioned(self, key: str, length: int) -> tuple[Buf, int, str | None] | None:
-        """The last ``length`` bytes, the object's size and its ETag, in one request."""
-        got = self._call(self._suffix(key, length), "read the end of", key)
+        A suffix is one request where the service has suffix ranges (S3, GCS, HTTP), a HEAD
+        and a conditional range where it does not (Azure).
+        """
+        if isinstance(byte_range, Suffix):
+            return self._call(self._suffix(key, byte_range.length), "read", key)
+        return self._call(self._get(key, byte_range, if_match), "read", key)
+
+    async def _range(self, key: str, start: int, length: int, version: str | None) -> Any:
+        import obstore
+
+        if length <= 0:
+            return _NO_BYTES
+
+        async def one() -> Any:
+            try:
+                if version is None:
+                    # obstore's plain ranged read: the cheaper call (no metadata).
+                    return await obstore.get_range_async(
+                        self._store, key, start=start, length=length
+                    )
+                result = await obstore.get_async(
+                    self._store,
+                    key,
+                    options={"range": (start, start + length), "if_match": version},
+                )
+                return await result.bytes_async()
+            except Exception as exc:
+                if _is_status(exc, 416):
+                    # Starts past the end of the object: the caller sees a short read.
+                    return _NO_BYTES
+                raise
+
+        return await self._guard(one)
+
+    async def _ranges(
+        self, key: str, ranges: Sequence[tuple[int, int]], version: str | None
+    ) -> list[Any] | None:
+        from obstore.exceptions import PreconditionError
+
+        try:
+            return list(
+                await asyncio.gather(*(self._range(key, s, n, version) for s, n in ranges))
+            )
+        except PreconditionError as exc:
+            raise self._stale(key, version) from exc
+        except Exception as exc:
+            if _missing(exc):
+                return None
+            raise
+
+    def get_ranges(
+        self,
+        key: str,
+        ranges: Sequence[tuple[int, int]],
+        *,
+        if_match: str | None = None,
+        limits: Coalescing | None = None,
+    ) -> list[Buf | None] | None:
+        """Byte ranges of one object, all in flight together (``If-Match`` when given)."""
+        got = self._call(self._ranges(key, ranges, if_match), "read ranges of", key)
         if got is None:
             return None
-        data, size, tag = got
-        u8 = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
-        return u8, size, tag
+        return [_u8(b) for b in got]
+
+    def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
+        """Fetch an object and copy it into ``out`` when the sizes match."""
+        got = self.get(key)
+        if got is None:
+            return None
+        n = int(got.data.nbytes)
+        if n == out.nbytes:
+            out[...] = got.data
+        return n
 
     # ------------------------------------------------------------------ writes
 
     def check_writable(self) -> None:
-        """Raise if the store is read-only; starts a new write call (see ``get_for_update``)."""
+        """Raise if the store is read-only."""
         if self.read_only:
-            raise ValueError(
+            raise ReadOnlyError(
                 f"store was opened in read-only mode and does not support writing ({self.name})"
             )
-        self._generation += 1
-
-    def _take_version(self, key: str) -> tuple[bool, str | None]:
-        table: dict[str, tuple[int, str | None]] | None = getattr(self._versions, "table", None)
-        if not table:
-            return False, None
-        seen = table.pop(key, None)
-        if seen is None or seen[0] != self._generation:
-            return False, None
-        return True, seen[1]
 
     async def _put(self, key: str, data: npt.NDArray[np.uint8], mode: Any) -> None:
         import obstore
@@ -427,31 +357,32 @@ class ObstoreChunkStore:
 
         await self._guard(put)
 
-    def set(self, key: str, data: Buf) -> None:
+    def put(
+        self, key: str, data: Buf, *, mode: PutMode = PutMode.OVERWRITE, version: str | None = None
+    ) -> None:
         """Put a whole object (atomic: readers see the old or the new object, never a part).
 
-        After :meth:`get_for_update` of the same key on this thread, the put is conditional
-        on the object being unchanged (``If-Match`` its ETag, or ``If-None-Match: *`` if it was
-        missing); a conflict raises :class:`~cuzarr.errors.StoreError` and leaves the other
-        writer's object in place.
+        ``CREATE`` is ``If-None-Match: *``, ``UPDATE`` is ``If-Match: version``; a refusal
+        raises :class:`~cuzarr.errors.StaleObjectError` and leaves the other writer's object in
+        place. A service without conditional puts gets an unconditional one, as zarr does.
         """
         from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
 
         u8 = np.ascontiguousarray(as_u8(data))
-        known, etag = self._take_version(key)
-        mode: Any = "overwrite"
-        if known:
-            mode = "create" if etag is None else {"e_tag": etag}
+        wanted: Any = "overwrite"
+        if mode is PutMode.CREATE:
+            wanted = "create"
+        elif mode is PutMode.UPDATE and version is not None:
+            wanted = {"e_tag": version}
         try:
-            self._call(self._put(key, u8, mode), "write", key)
+            self._call(self._put(key, u8, wanted), "write", key)
         except StoreError as exc:
             cause = exc.__cause__
-            if isinstance(cause, NotSupportedError) and mode != "overwrite":
-                # The store has no conditional puts: write unconditionally, as zarr does.
+            if isinstance(cause, NotSupportedError) and wanted != "overwrite":
                 self._call(self._put(key, u8, "overwrite"), "write", key)
                 return
             if isinstance(cause, (AlreadyExistsError, PreconditionError)):
-                raise StoreError(
+                raise StaleObjectError(
                     f"Failed to write '{key}' in {self.name}: another writer changed it while "
                     "cuzarr was updating it (conditional put refused; the other writer's object "
                     "is kept). Re-read and retry."
@@ -465,140 +396,29 @@ class ObstoreChunkStore:
             try:
                 await obstore.delete_async(self._store, key)
             except Exception as exc:
-                if not self._missing(exc):
+                if not _missing(exc):
                     raise
 
         await self._guard(delete)
 
     def delete(self, key: str) -> None:
         """Delete an object; a missing key is not an error."""
-        self._take_version(key)
         self._call(self._delete(key), "delete", key)
 
+    # ------------------------------------------------------------------ listing
 
-# ---------------------------------------------------------------------------- URLs
+    def _as_zarr(self) -> Any:
+        if self._zarr_store is None:
+            self._zarr_store = compat.object_store(self._store, read_only=True)
+        return self._zarr_store
 
-#: s3fs / zarr-style option names and the obstore configuration keys they mean.
-_ALIASES = {
-    "endpoint_url": "endpoint",
-    "key": "access_key_id",
-    "aws_access_key_id": "access_key_id",
-    "secret": "secret_access_key",
-    "aws_secret_access_key": "secret_access_key",
-    "token": "session_token",
-    "aws_session_token": "session_token",
-    "region_name": "region",
-    "anon": "skip_signature",
-}
-_DURATIONS = (
-    "init_backoff",
-    "max_backoff",
-    "retry_timeout",
-    "timeout",
-    "connect_timeout",
-    "pool_idle_timeout",
-    "http2_keep_alive_interval",
-    "http2_keep_alive_timeout",
-)
+    def list_dir(self, prefix: str) -> list[str]:
+        """Names directly below ``prefix`` (one delimited listing)."""
+        base = prefix.strip("/")
+        names = compat.list_dir(self._as_zarr(), f"{base}/" if base else "")
+        return sorted({n.strip("/") for n in names})
 
-
-def _durations(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Numbers of seconds become ``timedelta`` where obstore wants a duration."""
-    out: dict[str, Any] = {}
-    for k, v in options.items():
-        if isinstance(v, Mapping):
-            out[k] = _durations(v)
-        elif k in _DURATIONS and isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[k] = datetime.timedelta(seconds=v)
-        else:
-            out[k] = v
-    return out
-
-
-def _env_endpoint(url: str) -> str:
-    """The endpoint an S3 URL gets from the environment (``AWS_ENDPOINT_URL``), if any."""
-    if not url.startswith(("s3://", "s3a://")):
-        return ""
-    return os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT") or ""
-
-
-def split_storage_options(
-    url: str, storage_options: Mapping[str, Any] | None
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None, int | None]:
-    """Split ``storage_options`` into obstore's config, client options and retry config.
-
-    Accepts obstore's own keys, s3fs-style names (``endpoint_url``, ``key``, ``secret``,
-    ``token``, ``anon``, ``client_kwargs``), ``client_options`` and ``retry_config`` dicts
-    (durations as seconds), and ``concurrency`` (requests in flight).
-
-    Returns
-    -------
-    config, client_options, retry_config, concurrency
-    """
-    options = dict(storage_options or {})
-    client: dict[str, Any] = dict(options.pop("client_options", None) or {})
-    retry = options.pop("retry_config", None)
-    concurrency = options.pop("concurrency", None)
-    if concurrency is not None and (not isinstance(concurrency, int) or concurrency < 1):
-        raise ValueError(
-            f"storage_options['concurrency']: expected an integer >= 1, got {concurrency!r}"
-        )
-    options.update(options.pop("client_kwargs", None) or {})
-    config: dict[str, Any] = {}
-    for k, v in options.items():
-        name = _ALIASES.get(k, k)
-        if name in config:
-            raise ValueError(f"storage_options: {k!r} repeats {name!r}")
-        config[name] = v
-    if "skip_signature" in config:
-        config["skip_signature"] = bool(config["skip_signature"])
-    endpoint = str(config.get("endpoint", "") or _env_endpoint(url))
-    if (
-        endpoint.startswith("http://")
-        or url.startswith("http://")
-        or os.environ.get("AWS_ALLOW_HTTP", "").strip().lower() in ("1", "true", "yes")
-    ):
-        client.setdefault("allow_http", True)
-    return (
-        config,
-        _durations(client),
-        None if retry is None else _durations(retry),
-        concurrency,
-    )
-
-
-def open_url(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, int | None]:
-    """Build the obstore store for an object-store URL.
-
-    Parameters
-    ----------
-    url : str
-        ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``https://host/path``, ...
-    storage_options : mapping, optional
-        See :func:`split_storage_options`.
-
-    Returns
-    -------
-    store, concurrency
-        The obstore store and the requested concurrency (``None``: the default).
-
-    Raises
-    ------
-    ValueError
-        For options obstore does not know (the message names them).
-    """
-    try:
-        from obstore.store import from_url
-    except ImportError as exc:  # pragma: no cover - obstore is the s3 extra
-        raise ImportError(f"opening {url!r} needs obstore: pip install 'cuzarr[s3]'") from exc
-    from obstore.exceptions import BaseError
-
-    config, client, retry, concurrency = split_storage_options(url, storage_options)
-    kwargs: dict[str, Any] = {"client_options": client}
-    if retry is not None:
-        kwargs["retry_config"] = retry
-    try:
-        store = from_url(url.rstrip("/"), config=config or None, **kwargs)  # type: ignore[arg-type]
-    except BaseError as exc:
-        raise ValueError(f"cannot open {url!r}: {_first_line(exc)}") from exc
-    return store, concurrency
+    def list_sizes(self, prefix: str) -> list[tuple[str, int]]:
+        """Every key below ``prefix`` with its size."""
+        base = prefix.strip("/")
+        return sorted(compat.list_sizes(self._as_zarr(), f"{base}/" if base else ""))

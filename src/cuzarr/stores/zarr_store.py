@@ -13,15 +13,23 @@ zarr's ``array.sharding_coalesce_*`` bounds.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
+from cuzarr import _zarr_compat as compat
 from cuzarr.codecs.base import Buf, as_u8
-from cuzarr.errors import StoreError
-from cuzarr.stores.base import BufferPool, Coalescing, Scratch
+from cuzarr.errors import ReadOnlyError, StoreError
+from cuzarr.stores.base import (
+    BaseChunkStore,
+    BufferPool,
+    Coalescing,
+    GetResult,
+    PutMode,
+    Range,
+    Scratch,
+    StoreCaps,
+    Suffix,
+)
 
 __all__ = ["ZarrChunkStore"]
 
@@ -29,11 +37,11 @@ __all__ = ["ZarrChunkStore"]
 ZARR_DEFAULT_COALESCING = Coalescing(max_gap=1 << 20, max_bytes=16 << 20)
 
 
-class ZarrChunkStore:
+class ZarrChunkStore(BaseChunkStore):
     """Adapter from a zarr ``Store`` to :class:`~cuzarr.stores.base.ChunkStore`.
 
-    It is a :class:`~cuzarr.stores.base.CoalescingStore`: ranges go to the store's own
-    ``get_ranges``, which merges them.
+    It coalesces (:attr:`~cuzarr.stores.base.StoreCaps.coalesces`): ranges go to the store's
+    own ``get_ranges``, which merges them.
 
     Parameters
     ----------
@@ -50,14 +58,13 @@ class ZarrChunkStore:
         self._loop = loop
         self._prototype = default_buffer_prototype()
         self.name = str(store)
+        self.caps = StoreCaps(remote=True, coalesces=True)
 
     def _run[T](self, coro: Coroutine[Any, Any, T], what: str = "", key: str = "") -> T:
         try:
             if self._loop is not None:
                 return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-            from zarr.core.sync import sync
-
-            return sync(coro)
+            return compat.run_sync(coro)  # type: ignore[no-any-return]
         except (FileNotFoundError, StoreError):
             raise
         except OSError as exc:
@@ -68,55 +75,61 @@ class ZarrChunkStore:
     def _bytes(value: Any) -> Buf:
         return as_u8(value.as_numpy_array())
 
-    def get(self, key: str, scratch: Scratch | BufferPool | None = None) -> Buf | None:
-        """Fetch a whole object."""
-        value = self._run(self._store.get(key, self._prototype), "read", key)
-        return None if value is None else self._bytes(value)
+    def get(
+        self,
+        key: str,
+        byte_range: Range | Suffix | None = None,
+        *,
+        if_match: str | None = None,
+        scratch: Scratch | BufferPool | None = None,
+        size_hint: int | None = None,
+        fresh: bool = False,
+    ) -> GetResult | None:
+        """One ``get`` of the store: the whole object, or one range (how zarr reads an index).
 
-    def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
-        """Fetch an object and copy it into ``out`` when the sizes match."""
-        data = self.get(key)
-        if data is None:
-            return None
-        n = memoryview(data).nbytes
-        if n == out.nbytes:
-            out[...] = as_u8(data)
-        return n
+        The object's size is known for whole objects and for suffixes longer than the object.
+        """
+        from zarr.abc.store import RangeByteRequest, SuffixByteRequest
 
-    def get_range(self, key: str, start: int, length: int) -> Buf | None:
-        """Fetch one byte range with one ranged ``get`` (how zarr reads a shard index)."""
-        from zarr.abc.store import RangeByteRequest
-
+        request: Any = None
+        if isinstance(byte_range, Suffix):
+            request = SuffixByteRequest(byte_range.length)
+        elif byte_range is not None:
+            request = RangeByteRequest(byte_range.start, byte_range.start + byte_range.length)
         try:
-            value = self._run(
-                self._store.get(key, self._prototype, RangeByteRequest(start, start + length)),
-                "read",
-                key,
-            )
+            value = self._run(self._store.get(key, self._prototype, request), "read", key)
         except FileNotFoundError:
             return None
-        return None if value is None else self._bytes(value)
-
-    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Buf] | None:
-        """Fetch byte ranges through the store's ``get_ranges`` with zarr's default bounds."""
-        got = self.get_ranges_coalesced(key, ranges, ZARR_DEFAULT_COALESCING)
-        if got is None or any(b is None for b in got):
+        if value is None:
             return None
-        return [b for b in got if b is not None]
+        data = self._bytes(value)
+        n = memoryview(data).nbytes
+        if byte_range is None:
+            return GetResult(data, n)
+        if isinstance(byte_range, Suffix):
+            return GetResult(data, n if n < byte_range.length else None)
+        return GetResult(data, None)
 
-    def get_ranges_coalesced(
-        self, key: str, ranges: list[tuple[int, int]], limits: Coalescing
+    def get_ranges(
+        self,
+        key: str,
+        ranges: Sequence[tuple[int, int]],
+        *,
+        if_match: str | None = None,
+        limits: Coalescing | None = None,
     ) -> list[Buf | None] | None:
         """Fetch byte ranges in one call of the store's ``get_ranges`` (it merges them).
 
-        ``None`` when the object is missing, as zarr's sharding codec reads a shard that
-        disappeared after its index was read; a range the store returns nothing for is
+        ``limits`` are zarr's ``array.sharding_coalesce_*`` bounds (zarr's defaults if not
+        given). ``None`` when the object is missing, as zarr's sharding codec reads a shard
+        that disappeared after its index was read; a range the store returns nothing for is
         ``None`` in the list (zarr reads that inner chunk as the fill value). Other failures
         of the store are raised (a single one as itself, named by
         :class:`~cuzarr.errors.StoreError` if it is an ``OSError``).
         """
         from zarr.abc.store import RangeByteRequest
 
+        bounds = limits or ZARR_DEFAULT_COALESCING
         requests = [RangeByteRequest(start, start + length) for start, length in ranges]
         out: list[Buf | None] = [None] * len(requests)
 
@@ -126,8 +139,8 @@ class ZarrChunkStore:
                     key,
                     requests,
                     prototype=self._prototype,
-                    max_gap_bytes=limits.max_gap,
-                    max_coalesced_bytes=limits.max_bytes,
+                    max_gap_bytes=bounds.max_gap,
+                    max_coalesced_bytes=bounds.max_bytes,
                 ):
                     for i, buf in group:
                         if buf is not None:
@@ -146,34 +159,31 @@ class ZarrChunkStore:
             return None
         return out
 
-    def get_suffix(self, key: str, length: int) -> tuple[Buf, int | None] | None:
-        """Fetch the object's last ``length`` bytes in one request (its size stays unknown).
-
-        An object shorter than ``length`` comes back whole, so a short result tells its size.
-        """
-        from zarr.abc.store import SuffixByteRequest
-
-        try:
-            value = self._run(
-                self._store.get(key, self._prototype, SuffixByteRequest(length)), "read", key
-            )
-        except FileNotFoundError:
-            return None
-        if value is None:
-            return None
-        data = self._bytes(value)
-        n = memoryview(data).nbytes
-        return data, (n if n < length else None)
-
     def check_writable(self) -> None:
-        """Raise if the store is read-only."""
-        self._store._check_writable()
+        """Raise if the store is read-only (the store's own check decides)."""
+        try:
+            self._store._check_writable()
+        except ValueError as exc:
+            raise ReadOnlyError(f"{exc} ({self.name})") from exc
 
-    def set(self, key: str, data: Buf) -> None:
-        """Write a whole object through the store."""
+    def put(
+        self, key: str, data: Buf, *, mode: PutMode = PutMode.OVERWRITE, version: str | None = None
+    ) -> None:
+        """Write a whole object through the store's ``set`` (no conditional puts)."""
         value = self._prototype.buffer.from_array_like(as_u8(data))
         self._run(self._store.set(key, value), "write", key)
 
     def delete(self, key: str) -> None:
         """Delete an object through the store (missing keys are ignored by zarr stores)."""
         self._run(self._store.delete(key), "delete", key)
+
+    def list_dir(self, prefix: str) -> list[str]:
+        """Names directly below ``prefix`` through the store's ``list_dir``."""
+        base = prefix.strip("/")
+        names = compat.list_dir(self._store, f"{base}/" if base else "")
+        return sorted({n.strip("/") for n in names})
+
+    def list_sizes(self, prefix: str) -> list[tuple[str, int]]:
+        """Every key below ``prefix`` with its size, through the store's listing."""
+        base = prefix.strip("/")
+        return sorted(compat.list_sizes(self._store, f"{base}/" if base else ""))

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cuzarr import _zarr_compat as compat
-from cuzarr.api import StoreHandle, resolve_target
 from cuzarr.metadata.spec import ArraySpec
+from cuzarr.stores.targets import StoreHandle, resolve_target
 
 __all__ = [
     "JOURNAL_NAME",
@@ -76,19 +74,7 @@ def list_store(handle: StoreHandle) -> Listing:
     -------
     Listing
     """
-    if handle.root is None:
-        return Listing(dict(compat.list_sizes(handle.zarr_store(), "")))
-    sizes: dict[str, int] = {}
-    root = handle.root
-    for folder, _dirs, files in os.walk(root):
-        rel = os.path.relpath(folder, root)
-        base = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-        for name in files:
-            try:
-                sizes[base + name] = os.stat(os.path.join(folder, name)).st_size
-            except FileNotFoundError:  # removed while listing
-                continue
-    return Listing(sizes)
+    return Listing(dict(handle.chunk_store().list_sizes("")))
 
 
 def node_paths(listing: Listing) -> list[str]:

@@ -26,12 +26,13 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from cuzarr.api import StoreHandle, open_node
+from cuzarr.api import open_node
 from cuzarr.array import Array
 from cuzarr.config import Settings, get_settings
 from cuzarr.errors import CuzarrError, MetadataError, NodeNotFoundError
 from cuzarr.metadata.load import GroupSpec, read_node
 from cuzarr.metadata.spec import ArraySpec, CodecSpec
+from cuzarr.stores.targets import StoreHandle
 from cuzarr.tools._common import (
     JOURNAL_NAME,
     ProgressFn,
@@ -306,11 +307,11 @@ class _Journal:
 
     @staticmethod
     def load(handle: StoreHandle) -> dict[str, Any] | None:
-        raw = handle.chunk_store().get(JOURNAL_NAME)
-        if raw is None:
+        got = handle.chunk_store().get(JOURNAL_NAME)
+        if got is None:
             return None
         try:
-            doc = json.loads(bytes(memoryview(raw)))
+            doc = json.loads(bytes(memoryview(got.data)))
         except ValueError as exc:
             raise CopyError(f"the copy journal {JOURNAL_NAME} in {handle.name} is unreadable: "
                             f"{exc}") from exc
@@ -325,7 +326,7 @@ class _Journal:
 
     def save(self) -> None:
         text = json.dumps(self.doc, separators=(",", ":"))
-        self._store.set(JOURNAL_NAME, np.frombuffer(text.encode("utf-8"), np.uint8))
+        self._store.put(JOURNAL_NAME, np.frombuffer(text.encode("utf-8"), np.uint8))
 
     def delete(self) -> None:
         self._store.delete(JOURNAL_NAME)

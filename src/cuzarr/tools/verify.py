@@ -190,13 +190,14 @@ def _check(store: ChunkStore, item: _Item) -> _Result:
     result = _Result()
     path = item.spec.path
     try:
-        raw = store.get(item.key)
+        got = store.get(item.key)
     except Exception as exc:
         result.problems.append(Problem(key=item.key, array=path, kind="unreadable",
                                        reason=_describe(exc)))
         return result
-    if raw is None:  # deleted since the listing
+    if got is None:  # deleted since the listing
         return result
+    raw = got.data
     result.nbytes = memoryview(raw).nbytes
     sh = item.codec.sharding
     if sh is None:
