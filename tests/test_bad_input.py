@@ -24,7 +24,7 @@ from zarr.storage import LocalStore, MemoryStore
 
 import cuzarr
 from cuzarr import CorruptChunkError, MetadataError, StoreError, UnsupportedError
-from cuzarr.codecs.chain import build_chunk_codec
+from cuzarr.codecs.build import build_chunk_codec
 from cuzarr.metadata import read_array_spec
 from cuzarr.stores import MemoryChunkStore, from_zarr_store
 from cuzarr.stores.local import TEMP_SUFFIX

@@ -24,7 +24,7 @@ from zarr.storage import MemoryStore
 
 import cuzarr
 from cuzarr import CorruptChunkError, CuzarrError
-from cuzarr.codecs.chain import build_chunk_codec
+from cuzarr.codecs.build import build_chunk_codec
 from cuzarr.codecs.headers import (
     blosc_nbytes,
     lz4_numcodecs_nbytes,

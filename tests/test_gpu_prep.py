@@ -25,9 +25,9 @@ from numcodecs import Blosc
 from numcodecs import lz4 as nc_lz4
 
 import cuzarr
+from cuzarr.engine.requests import ChunkRequest
 from cuzarr.errors import CorruptChunkError, UnsupportedError
 from cuzarr.gpu import blosc_frames, plan, streams
-from cuzarr.plan import ChunkRequest
 
 # ---------------------------------------------------------------- CPU stream decoders
 
@@ -597,7 +597,7 @@ def test_kernel_sources_compile_as_cpp():
 
 # ---------------------------------------------------------------- devices and imports
 
-GPU_MODULES = ("cupy", "nvidia.nvcomp", "kvikio", "cuzarr.gpu.backend")
+GPU_MODULES = ("cupy", "nvidia.nvcomp", "kvikio", "cuzarr.gpu.backend", "cuzarr.gpu.device")
 
 
 def test_import_cuzarr_and_cpu_paths_import_no_gpu_package(tmp_path):

@@ -150,7 +150,7 @@ def _shard_piece_writer(args: tuple[str, str, int, int]) -> int:
 def test_processes_writing_one_shard_lose_no_update(tmp_path: Path, api: str) -> None:
     # 4 processes each rewrite their own inner chunks of ONE shard, 8 rounds each: every
     # round is a read-modify-write of the whole shard, serialized across processes by
-    # cuzarr's file locks (cuzarr.locks.file_locks).
+    # cuzarr's file locks (cuzarr.engine.locks.file_locks).
     root = tmp_path / "s.zarr"
     zarr.create_array(
         LocalStore(root),

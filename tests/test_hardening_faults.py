@@ -1,6 +1,6 @@
 """Faults mid-read and mid-write: failed calls name what failed, chunks stay old or new.
 
-Faults are injected with :class:`cuzarr.testing_faults.FaultyStore` (which cuzarr's engine
+Faults are injected with :class:`cuzarr.testing.faults.FaultyStore` (which cuzarr's engine
 reaches through ``ZarrChunkStore``, the path of every remote store), by failing ``os.write`` /
 ``os.replace`` under cuzarr's own ``LocalChunkStore``, and by killing a writing process with
 SIGKILL. After each fault every chunk must decode to its complete old or complete new value;
@@ -36,7 +36,7 @@ import cuzarr
 from cuzarr import CorruptChunkError, StoreError
 from cuzarr.stores import local as local_mod
 from cuzarr.stores.local import TEMP_SUFFIX
-from cuzarr.testing_faults import Fault, FaultError, FaultyStore
+from cuzarr.testing.faults import Fault, FaultError, FaultyStore
 from cuzarr.tools.verify import verify
 
 SHAPE = (8, 8)

@@ -24,7 +24,7 @@ from zarr.storage import LocalStore
 
 import cuzarr
 from cuzarr import CorruptChunkError, MetadataError, StoreError, UnsupportedError
-from cuzarr.codecs.chain import build_chunk_codec
+from cuzarr.codecs.build import build_chunk_codec
 from cuzarr.codecs.headers import zstd_max_decoded_size
 from cuzarr.metadata import parse_v2, parse_v3
 from cuzarr.stores.base import Range, Suffix

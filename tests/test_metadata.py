@@ -27,7 +27,7 @@ from zarr.codecs import (
 from zarr.storage import LocalStore, MemoryStore
 
 from cuzarr import MetadataError, NodeNotFoundError, UnsupportedError
-from cuzarr.codecs.chain import build_chunk_codec
+from cuzarr.codecs.build import build_chunk_codec
 from cuzarr.metadata import (
     ArraySpec,
     GroupSpec,

@@ -6,7 +6,8 @@ Properties:
   zarr-python's default pipeline reads from the same store;
 * after a random sequence of writes through cuzarr, zarr's default pipeline reads the model's
   values and the store holds the same set of keys as a twin written by zarr's default pipeline;
-* ``cuzarr.plan.coalesce`` and the ``cuzarr.selection`` helpers keep their contracts.
+* ``cuzarr.stores.ranges.coalesce`` and the ``cuzarr.engine.selection`` helpers keep their
+  contracts.
 
 Runs are derandomized (and use no example database) so CI sees the same examples every time;
 failures found while developing are pinned with ``@example``.
@@ -27,8 +28,8 @@ from hypothesis import strategies as st
 from zarr.codecs import BytesCodec, GzipCodec, ShardingCodec, ZstdCodec
 
 import cuzarr
-from cuzarr.plan import ByteRange, coalesce
-from cuzarr.selection import needed_blocks, rebase
+from cuzarr.engine.selection import needed_blocks, rebase
+from cuzarr.stores.ranges import ByteRange, coalesce
 
 DEFAULT_PIPELINE = "zarr.core.codec_pipeline.BatchedCodecPipeline"
 METADATA_KEYS = {"zarr.json", ".zarray", ".zattrs", ".zgroup"}

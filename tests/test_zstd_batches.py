@@ -1,6 +1,6 @@
-"""The batched read path for many small zstd chunks on local stores (engine ``_read_zstd_batches``).
+"""The batched read path for many small zstd chunks on local stores (the CPU backend's batches).
 
-Reads of at least ``2 * _ZSTD_BATCH`` small zstd chunks decode them in GIL-free batches. The
+Reads of at least ``2 * ZSTD_BATCH`` small zstd chunks decode them in GIL-free batches. The
 results must equal zarr-python's for every selection; a bad chunk anywhere in a batch must
 still be named in the error, and unusual but valid chunks (several frames) must still read.
 """
@@ -15,7 +15,7 @@ import pytest
 import zarr
 
 import cuzarr
-from cuzarr import engine
+from cuzarr.backends import cpu as cpu_backend
 from cuzarr.errors import CorruptChunkError
 from cuzarr.testing import assert_same_array, use_pipeline
 
@@ -43,15 +43,16 @@ def _store(tmp_path: Path, zarr_format: int = 3, dtype: str = "u2") -> tuple[Pat
     return path, data
 
 
-def _uses_batches(a: cuzarr.Array, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def _uses_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Frames per GIL-free batch decode (``zstd_decode_many`` as the CPU backend calls it)."""
     calls: list[int] = []
-    real = engine.ArrayEngine._read_zstd_batches
+    real = cpu_backend.zstd_decode_many
 
-    def spy(self: Any, store: Any, requests: Any, out: Any, drop_axes: Any) -> list[bool]:
-        calls.append(len(requests))
-        return real(self, store, requests, out, drop_axes)
+    def spy(frames: Any, size: int, name: str = "zstd") -> Any:
+        calls.append(len(frames))
+        return real(frames, size, name)
 
-    monkeypatch.setattr(engine.ArrayEngine, "_read_zstd_batches", spy)
+    monkeypatch.setattr(cpu_backend, "zstd_decode_many", spy)
     return calls
 
 
@@ -74,10 +75,10 @@ def test_batched_reads_equal_zarr(
     path, data = _store(tmp_path, zarr_format, dtype)
     a = cuzarr.open(path)
     assert isinstance(a, cuzarr.Array)
-    calls = _uses_batches(a, monkeypatch)
+    calls = _uses_batches(monkeypatch)
     for selection in SELECTIONS:
         assert_same_array(a[selection], data[selection], msg=repr(selection))
-    assert calls and max(calls) >= 2 * engine._ZSTD_BATCH
+    assert calls and max(calls) == cpu_backend.ZSTD_BATCH
     # The zarr pipeline path (integer axes dropped by zarr's indexer) agrees too.
     with use_pipeline("cuzarr"):
         z = zarr.open_array(zarr.storage.LocalStore(path), mode="r")
@@ -138,18 +139,11 @@ def test_sharded_inner_chunks_decode_in_batches(
     )
     with use_pipeline("zarr"):
         z[...] = data
-    calls: list[int] = []
-    real = engine.ArrayEngine._decode_inner_batch
-
-    def spy(self: Any, sh: Any, r: Any, blocks: Any) -> None:
-        calls.append(len(blocks))
-        real(self, sh, r, blocks)
-
-    monkeypatch.setattr(engine.ArrayEngine, "_decode_inner_batch", spy)
+    calls = _uses_batches(monkeypatch)
     a = cuzarr.open(path)
     for selection in SELECTIONS:
         assert_same_array(a[selection], data[selection], msg=repr(selection))
-    assert calls and max(calls) == engine._ZSTD_BATCH
+    assert calls and max(calls) == cpu_backend.ZSTD_BATCH
     # A corrupt inner chunk in a batch: the error names the shard and the inner chunk.
     shard = path / "c" / "1" / "0" / "0"
     raw = bytearray(shard.read_bytes())

@@ -73,7 +73,7 @@ def nvcomp_raw_decode(data: np.ndarray, chunk: int) -> dict[str, Any]:
     from nvidia import nvcomp
 
     from cuzarr.backends.cpu import parallel_map
-    from cuzarr.gpu.backend import decode_batch
+    from cuzarr.gpu.device import decode_batch
 
     u8 = data.view(np.uint8)
     pieces = [u8[i : i + chunk] for i in range(0, u8.size, chunk)]
@@ -195,7 +195,7 @@ def main() -> None:
         "array_bytes": nbytes,
         "python": sys.version.split()[0],
     }
-    guarded(res, "gds", lambda: __import__("cuzarr.gpu.backend", fromlist=["gdsinfo"]).gdsinfo())
+    guarded(res, "gds", lambda: __import__("cuzarr.gpu.device", fromlist=["gdsinfo"]).gdsinfo())
     data = make_data(nbytes)
     guarded(res, "pinned_h2d", lambda: pinned_h2d(min(nbytes, GIB)))
     guarded(res, "nvcomp_raw_decode_8mib", lambda: nvcomp_raw_decode(data, 8 * MIB))

@@ -1,6 +1,6 @@
 """Answer the open nvCOMP/kvikio/CuPy API questions on a GPU; one JSON of findings.
 
-Each probe is tagged as in cuzarr/gpu/backend.py's docstring; a probe that raises records the
+Each probe is tagged as in cuzarr/gpu/device.py's docstring; a probe that raises records the
 exception instead of stopping the others. Usage: ``python3 probe_api.py OUT.json``.
 """
 
@@ -218,7 +218,7 @@ def _kvikio() -> Any:
     import kvikio
     import kvikio.defaults
 
-    from cuzarr.gpu.backend import gdsinfo
+    from cuzarr.gpu.device import gdsinfo
 
     with tempfile.NamedTemporaryFile(dir=os.environ.get("TMPDIR", "/tmp"), delete=False) as f:
         f.write(PAYLOAD)

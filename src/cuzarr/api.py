@@ -14,17 +14,13 @@ array([1., 1., 1.], dtype=float32)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from cuzarr.config import Device, Settings, get_settings
-from cuzarr.errors import MetadataError
-from cuzarr.metadata.load import GroupSpec, normalize_node_path, read_node
+from cuzarr.array import Array, create_array_at
+from cuzarr.config import Device, Settings, settings_for
+from cuzarr.group import Group, open_node
+from cuzarr.metadata.load import normalize_node_path
 from cuzarr.stores.targets import StoreHandle, resolve_target
-
-if TYPE_CHECKING:
-    from cuzarr.array import Array
-    from cuzarr.group import Group
 
 __all__ = ["StoreHandle", "create", "open", "open_node", "resolve_target"]
 
@@ -33,48 +29,12 @@ _MODES = ("r", "r+", "a")
 _DEFAULT_FILL: Any = object()
 
 
-def _settings(settings: Settings | None, device: str | Device | None) -> Settings:
-    base = get_settings() if settings is None else settings
-    if device is None:
-        return base
-    dev = Device(device)
-    if dev is Device.GPU:
-        from cuzarr.backends import require_gpu
-
-        require_gpu()
-    return base if base.device is dev else replace(base, device=dev)
-
-
 def _check_mode(mode: str) -> None:
     if mode not in _MODES:
         raise ValueError(
             f"mode: expected one of {', '.join(map(repr, _MODES))}, got {mode!r} "
             "(cuzarr.create makes new arrays)"
         )
-
-
-def open_node(
-    handle: StoreHandle,
-    path: str = "",
-    *,
-    settings: Settings,
-    write_empty_chunks: bool = False,
-    zarr_format: int | None = None,
-) -> Array | Group:
-    """Open the array or group at ``path`` of an already resolved store.
-
-    Raises
-    ------
-    NodeNotFoundError
-        If no array or group exists there.
-    """
-    from cuzarr.array import Array
-    from cuzarr.group import Group
-
-    node = read_node(handle.chunk_store(), path, zarr_format=zarr_format)
-    if isinstance(node, GroupSpec):
-        return Group(handle, node, settings=settings, write_empty_chunks=write_empty_chunks)
-    return Array(handle, node, settings=settings, write_empty_chunks=write_empty_chunks)
 
 
 def open(
@@ -131,7 +91,7 @@ def open(
         For URLs cuzarr has no store for, or arrays the engine cannot read.
     """
     _check_mode(mode)
-    resolved = _settings(settings, device)
+    resolved = settings_for(settings, device)
     handle = resolve_target(target, read_only=mode == "r", storage_options=storage_options)
     return open_node(
         handle,
@@ -200,37 +160,29 @@ def create(
         If the engine cannot handle the array (its metadata has been written; zarr-python
         can still use it).
     """
-    import zarr
-
-    resolved = _settings(settings, device)
     handle = resolve_target(target, read_only=False, storage_options=storage_options)
-    node = normalize_node_path(path)
-    optional = {} if fill_value is _DEFAULT_FILL else {"fill_value": fill_value}
-    zarr.create_array(
-        handle.zarr_store(),
-        name=node or None,
-        shape=shape,
-        dtype=dtype,
-        chunks=chunks,
-        shards=shards,
-        filters=filters,
-        compressors=compressors,
-        serializer=serializer,
-        order=order,
-        zarr_format=zarr_format,  # type: ignore[arg-type]
-        attributes=attributes,
-        chunk_key_encoding=chunk_key_encoding,
-        dimension_names=dimension_names,
-        overwrite=overwrite,
-        **optional,
+    zarr_kwargs: dict[str, Any] = {
+        "shape": shape,
+        "dtype": dtype,
+        "chunks": chunks,
+        "shards": shards,
+        "filters": filters,
+        "compressors": compressors,
+        "serializer": serializer,
+        "order": order,
+        "zarr_format": zarr_format,
+        "attributes": attributes,
+        "chunk_key_encoding": chunk_key_encoding,
+        "dimension_names": dimension_names,
+        "overwrite": overwrite,
+    }
+    if fill_value is not _DEFAULT_FILL:
+        zarr_kwargs["fill_value"] = fill_value
+    return create_array_at(
+        handle,
+        normalize_node_path(path),
+        settings=settings_for(settings, device),
+        write_empty_chunks=write_empty_chunks,
+        zarr_kwargs=zarr_kwargs,
     )
-    opened = open_node(
-        handle, node, settings=resolved, write_empty_chunks=write_empty_chunks,
-        zarr_format=zarr_format,
-    )
-    from cuzarr.array import Array
-
-    if not isinstance(opened, Array):  # pragma: no cover - zarr just wrote an array there
-        raise MetadataError(f"expected an array at '{node}' in {handle.name}")
-    return opened
 

@@ -16,7 +16,9 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Self
 
-__all__ = ["Device", "Settings", "configure", "get_settings"]
+from cuzarr.backends.probe import require_gpu
+
+__all__ = ["Device", "Settings", "configure", "get_settings", "resolve_device", "settings_for"]
 
 PIPELINE_PATH = "cuzarr.Pipeline"
 
@@ -200,8 +202,6 @@ class configure:
         self._previous_path = zarr.config.get("codec_pipeline.path")
         new = replace(self._previous_settings, **changes)
         if new.device is Device.GPU:
-            from cuzarr.backends import require_gpu
-
             require_gpu()
         _set_settings(new)
         zarr.config.set({"codec_pipeline.path": PIPELINE_PATH})
@@ -220,3 +220,27 @@ class configure:
 
         zarr.config.set({"codec_pipeline.path": self._previous_path})
         _set_settings(self._previous_settings)
+
+
+def resolve_device(device: Device) -> Device:
+    """The device an engine runs on: ``GPU`` for ``gpu`` (checked), ``CPU`` otherwise.
+
+    ``auto`` decodes on the CPU and returns NumPy arrays: the result type never depends on the
+    machine. (Choosing the GPU for ``auto`` waits for the CPU/GPU crossover that
+    ``bench/gpu_check`` measures; see docs/gpu.md.)
+    """
+    if device is Device.GPU:
+        require_gpu()
+        return Device.GPU
+    return Device.CPU
+
+
+def settings_for(settings: Settings | None, device: str | Device | None) -> Settings:
+    """``settings`` (default: the current ones) with ``device`` applied, checked if GPU."""
+    base = get_settings() if settings is None else settings
+    if device is None:
+        return base
+    dev = Device(device)
+    if dev is Device.GPU:
+        require_gpu()
+    return base if base.device is dev else replace(base, device=dev)

@@ -10,15 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from cuzarr.array import Array, Attributes, persist_attributes
-from cuzarr.config import Settings
+from cuzarr.array import Array, create_array_at
+from cuzarr.attributes import Attributes, persist_attributes
+from cuzarr.config import Device, Settings, settings_for
 from cuzarr.errors import MetadataError, NodeNotFoundError
-from cuzarr.metadata.load import GroupSpec, normalize_node_path
+from cuzarr.metadata.load import GroupSpec, normalize_node_path, read_node
 
 if TYPE_CHECKING:
     from cuzarr.stores.targets import StoreHandle
 
-__all__ = ["Group"]
+__all__ = ["Group", "open_node"]
 
 
 class Group:
@@ -126,8 +127,6 @@ class Group:
         return f"{self.path}/{rel}" if self.path else rel
 
     def __getitem__(self, key: str) -> Array | Group:
-        from cuzarr.api import open_node
-
         path = self._child(key)
         try:
             return open_node(
@@ -186,11 +185,44 @@ class Group:
             if isinstance(member, Group):
                 yield name, member
 
-    def create_array(self, name: str, **kwargs: Any) -> Array:
-        """Create an array member (arguments as :func:`cuzarr.create`)."""
-        from cuzarr.api import create
+    def create_array(
+        self,
+        name: str,
+        *,
+        settings: Settings | None = None,
+        device: str | Device | None = None,
+        write_empty_chunks: bool | None = None,
+        **zarr_kwargs: Any,
+    ) -> Array:
+        """Create an array member (arguments as :func:`cuzarr.create`, without a target)."""
+        zarr_kwargs.setdefault("zarr_format", self.zarr_format)
+        return create_array_at(
+            self._handle,
+            self._child(name),
+            settings=settings_for(settings or self._settings, device),
+            write_empty_chunks=(
+                self._write_empty_chunks if write_empty_chunks is None else write_empty_chunks
+            ),
+            zarr_kwargs=zarr_kwargs,
+        )
 
-        kwargs.setdefault("settings", self._settings)
-        kwargs.setdefault("write_empty_chunks", self._write_empty_chunks)
-        kwargs.setdefault("zarr_format", self.zarr_format)
-        return create(self._handle, path=self._child(name), **kwargs)
+
+def open_node(
+    handle: StoreHandle,
+    path: str = "",
+    *,
+    settings: Settings,
+    write_empty_chunks: bool = False,
+    zarr_format: int | None = None,
+) -> Array | Group:
+    """Open the array or group at ``path`` of an already resolved store.
+
+    Raises
+    ------
+    NodeNotFoundError
+        If no array or group exists there.
+    """
+    node = read_node(handle.chunk_store(), path, zarr_format=zarr_format)
+    if isinstance(node, GroupSpec):
+        return Group(handle, node, settings=settings, write_empty_chunks=write_empty_chunks)
+    return Array(handle, node, settings=settings, write_empty_chunks=write_empty_chunks)

@@ -2,10 +2,10 @@
 
 :class:`GridIndexer` is built once per array at open time and turns a basic selection (integers,
 negative integers, slices with any non-zero step, ``Ellipsis`` and ``None``) into a list of
-:class:`~cuzarr.plan.ChunkRequest` with the same chunk and output selections zarr-python's
-``BasicIndexer`` produces, without zarr's per-call objects. Orthogonal, coordinate, mask and
-block selections go through zarr's own indexers (see :mod:`cuzarr._zarr_compat`), converted by
-:meth:`GridIndexer.requests_from_zarr`.
+:class:`~cuzarr.engine.requests.ChunkRequest` with the same chunk and output selections
+zarr-python's ``BasicIndexer`` produces, without zarr's per-call objects. Orthogonal,
+coordinate, mask and block selections go through zarr's own indexers (see
+:mod:`cuzarr._zarr_compat`), converted by :meth:`GridIndexer.requests_from_zarr`.
 
 The unit of the grid is the stored object: the chunk, or the shard of a sharded array (the
 engine reads inner chunks of shards itself).
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from cuzarr.engine.requests import ChunkRequest
 from cuzarr.metadata.spec import ArraySpec
-from cuzarr.plan import ChunkRequest
 
 __all__ = ["BasicPlan", "GridIndexer"]
 

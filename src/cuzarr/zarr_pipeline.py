@@ -20,12 +20,13 @@ from zarr.abc.codec import CodecPipeline
 
 from cuzarr import _zarr_compat as compat
 from cuzarr import diagnostics
-from cuzarr.codecs.chain import ChunkCodec, build_chunk_codec
+from cuzarr.codecs.build import build_chunk_codec
+from cuzarr.codecs.chain import ChunkCodec
 from cuzarr.config import Settings, get_settings
 from cuzarr.engine import ArrayEngine
+from cuzarr.engine.requests import ChunkRequest
 from cuzarr.errors import UnsupportedError
 from cuzarr.metadata import parse_v2, parse_v3
-from cuzarr.plan import ChunkRequest
 from cuzarr.stores import from_zarr_store, track_zarr_loop
 from cuzarr.stores.base import Coalescing
 
@@ -58,7 +59,7 @@ def engine_for_metadata(metadata: Any, settings: Settings) -> ArrayEngine:
         raise UnsupportedError(f"{foreign} is not zarr's own implementation")
     fmt, doc = compat.metadata_document(metadata)
     spec = parse_v3(doc, path="") if fmt == 3 else parse_v2(doc, path="")
-    codec = build_chunk_codec(spec)
+    codec = build_chunk_codec(spec, max_chunk_nbytes=settings.max_chunk_nbytes)
     # zarr's ShardingCodec carries a write-time layout (``subchunk_write_order``, zarr >= 3.4)
     # that is not stored in metadata; honour it so shards are byte-identical to zarr's.
     codecs: tuple[Any, ...] = tuple(getattr(metadata, "codecs", ()))
@@ -269,7 +270,6 @@ class Pipeline(CodecPipeline):
             out_array,
             tuple(drop_axes),
         )
-        diagnostics.count("engine_reads")
         return tuple({"status": "present" if p else "missing"} for p in present)
 
     async def write(
@@ -301,4 +301,3 @@ class Pipeline(CodecPipeline):
             tuple(drop_axes),
             write_empty_chunks=compat.write_empty_chunks(batch[0][1]),
         )
-        diagnostics.count("engine_writes")

@@ -11,10 +11,9 @@ import ctypes
 import functools
 import importlib.util
 
-from cuzarr.config import Device
 from cuzarr.errors import UnsupportedError
 
-__all__ = ["EXTRAS_HINT", "gpu_status", "missing_components", "require_gpu", "resolve_device"]
+__all__ = ["EXTRAS_HINT", "gpu_status", "missing_components", "require_gpu"]
 
 #: What to install, in every message about a missing GPU component.
 EXTRAS_HINT = "install cuzarr[cu12] or cuzarr[cu13] (matching your CUDA driver's major version)"
@@ -70,16 +69,3 @@ def require_gpu() -> None:
     status = gpu_status()
     if status is not None:
         raise UnsupportedError(f"device='gpu' requested but {status}")
-
-
-def resolve_device(device: Device) -> Device:
-    """The device an engine runs on: ``GPU`` for ``gpu`` (checked), ``CPU`` otherwise.
-
-    ``auto`` decodes on the CPU and returns NumPy arrays: the result type never depends on the
-    machine. (Choosing the GPU for ``auto`` waits for the CPU/GPU crossover that
-    ``bench/gpu_check`` measures; see docs/gpu.md.)
-    """
-    if device is Device.GPU:
-        require_gpu()
-        return Device.GPU
-    return Device.CPU

@@ -9,7 +9,7 @@ without a usable GPU, decoding raises :class:`~cuzarr.errors.UnsupportedError` n
 missing, never returns garbage.
 
 This module imports no GPU package: registering the codecs (``import cuzarr``, or zarr's
-``zarr.codecs`` entry points) is free. The nvCOMP calls live in :mod:`cuzarr.gpu.backend`.
+``zarr.codecs`` entry points) is free. The nvCOMP calls live in :mod:`cuzarr.gpu.device`.
 
 Metadata::
 
@@ -101,7 +101,7 @@ class _GpuOnlyCodec(BytesBytesCodec):
                 f"codec '{self.codec_name}' is an nvCOMP format that only a GPU can {verb}; "
                 f"{status}"
             )
-        from cuzarr.gpu.backend import gpu_only_decode, gpu_only_encode
+        from cuzarr.gpu.device import gpu_only_decode, gpu_only_encode
 
         if encode:
             return gpu_only_encode(self.algorithm, self.config, data)

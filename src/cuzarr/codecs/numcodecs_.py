@@ -35,7 +35,13 @@ from cuzarr.codecs.headers import (
 )
 from cuzarr.errors import CorruptChunkError
 
-__all__ = ["NumcodecsArrayCodec", "NumcodecsBytesCodec", "make_numcodec"]
+__all__ = [
+    "NumcodecsArrayCodec",
+    "NumcodecsBytesCodec",
+    "make_numcodec",
+    "zstd_decode_many",
+    "zstd_frame_bound",
+]
 
 #: numcodecs ids whose frames declare their decoded size, with the header parser.
 _SIZE_PARSERS: dict[str, Callable[[Buf], int | None]] = {
@@ -83,12 +89,13 @@ _STREAMS: dict[str, _Stream] = {
 _STREAM_ERRORS = (zlib.error, OSError, EOFError, lzma.LZMAError, ValueError)
 
 
-def _unsized_limit() -> int:
-    """Bound on decoded bytes when the chain cannot tell the expected size."""
-    from cuzarr.config import get_settings
+#: ``Settings.max_chunk_nbytes``'s default: what one chunk may decode to.
+DEFAULT_MAX_CHUNK_NBYTES = 2**31
 
-    limit = get_settings().max_chunk_nbytes
-    return limit + limit // 8 + 65536
+
+def unsized_limit(max_chunk_nbytes: int) -> int:
+    """Bound on decoded bytes when the chain cannot tell the expected size."""
+    return max_chunk_nbytes + max_chunk_nbytes // 8 + 65536
 
 
 def _inflate(stream: _Stream, codec: Numcodec, data: Buf, limit: int, name: str) -> bytearray:
@@ -149,6 +156,15 @@ def _zstd_decode_into(data: Buf, out: npt.NDArray[np.uint8], name: str) -> None:
         )
 
 
+def zstd_frame_bound(size: int) -> int:
+    """The largest well-formed zstd frame of ``size`` decoded bytes (``ZSTD_COMPRESSBOUND``).
+
+    Plus room for a frame header and checksum: anything longer is not one frame of that size.
+    """
+    small = ((128 << 10) - size) >> 11 if size < (128 << 10) else 0
+    return size + (size >> 8) + small + 64
+
+
 def zstd_decode_many(frames: list[Buf], size: int, name: str = "zstd") -> Any:
     """Decode many single zstd frames of ``size`` decoded bytes each in one call.
 
@@ -198,10 +214,19 @@ class NumcodecsBytesCodec:
         The codec name as metadata spells it (for messages).
     codec : numcodecs.abc.Codec
         The numcodecs codec instance (thread-safe for decode and encode).
+    max_chunk_nbytes : int
+        Where the chain cannot tell the decoded size, output is bounded by this plus 1/8
+        (``Settings.max_chunk_nbytes`` of the array, fixed when the chain is built).
     """
 
     name: str
     codec: Numcodec
+    max_chunk_nbytes: int = DEFAULT_MAX_CHUNK_NBYTES
+
+    @property
+    def stream_format(self) -> str:
+        """The format of the streams it reads and writes: the numcodecs id (``zstd``, ...)."""
+        return str(self.codec.codec_id)
 
     def decode(self, data: Buf, size_hint: int | None) -> Buf:
         """Decode a frame to exactly ``size_hint`` bytes (when known), bounded in any case.
@@ -212,7 +237,7 @@ class NumcodecsBytesCodec:
             If the frame declares or decodes to another size, or to more than the bound.
         """
         codec_id = self.codec.codec_id
-        limit = size_hint if size_hint is not None else _unsized_limit()
+        limit = size_hint if size_hint is not None else unsized_limit(self.max_chunk_nbytes)
         decoded: Buf
         stream = _STREAMS.get(codec_id)
         parser = _SIZE_PARSERS.get(codec_id)

@@ -1,83 +1,39 @@
-"""The CUDA backend: nvCOMP batched decode/encode, kvikio reads, CuPy kernels.
+"""The GPU backend: CuPy arrays, nvCOMP batched decode and encode.
 
-Every CUDA call of cuzarr lives in this module; it is imported only when an engine runs on the
-GPU (``device="gpu"``). Host-side work (stream location, Blosc parsing, waves, packing,
-descriptors) is in :mod:`cuzarr.gpu.plan`, :mod:`cuzarr.gpu.streams` and
-:mod:`cuzarr.gpu.blosc_frames`, tested on the CPU.
+:class:`GpuBackend` implements :class:`~cuzarr.backends.base.Backend` and nothing else: the
+engine's read and write loops (the same code as on the CPU) fetch, lock, put conditionally,
+apply the empty-chunk rule and count; this backend decodes and encodes the batches they hand it.
+Work is grouped in waves (up to ``Settings.max_bytes_in_flight`` decoded bytes, at most
+``MAX_BATCH`` chunks): the stored chunks of a wave are fetched on the I/O threads, packed into
+one pinned buffer, uploaded once and decoded in one nvCOMP call per algorithm
+(:mod:`cuzarr.gpu.device`). Chains without a GPU path decode (and encode) on the CPU and move
+their results across (logged once per array, counted as ``gpu_cpu_decodes`` / ``gpu_cpu_encodes``).
 
-A read runs per wave of chunk requests (the CPU engine's requests, from the same planner):
-fetch stored bytes (kvikio ``CuFile`` reads into device memory for local uncompressed chunks;
-otherwise host reads), check crc32c and strip wrappers on the host, pack the raw streams into
-one pinned buffer, copy it to the device once, decode all streams of the wave in one nvCOMP
-call per algorithm, unshuffle Blosc blocks in one kernel launch, swap bytes, transpose, and
-scatter into the CuPy output. Chains without a GPU path decode on the CPU and are uploaded
-(logged once, counted as ``gpu_cpu_decodes``).
-
-UNVERIFIED facts (nothing here has run on a GPU yet; ``bench/gpu_check/probe_api.py`` checks
-each, by the tag in brackets):
-
-- [decode-list] ``Codec.decode`` accepts a Python list of device arrays and returns a list;
-  the fallback wraps the list with ``nvcomp.as_arrays``.
-- [raw-zstd-checksum] RAW zstd decodes frames that carry a content checksum.
-- [raw-zstd-nosize] RAW zstd decodes frames without a content size.
-- [raw-lz4] RAW LZ4 decodes numcodecs' block once its 4-byte size prefix is stripped.
-- [raw-deflate] RAW Deflate decodes zlib/gzip bodies with header and trailer stripped.
-- [raw-encode] RAW encode of Zstd/LZ4/Deflate yields streams CPU libraries decode.
-- [native] NVCOMP_NATIVE encode/decode round-trips ANS, Bitcomp, Cascaded, GDeflate.
-- [as-array] ``cupy.asarray`` of a decoded nvCOMP array is a zero-copy uint8 device view.
-- [kvikio] ``kvikio.CuFile(path, "r").pread(buf, size, offset).get()`` fills a CuPy buffer;
-  ``kvikio.defaults.is_compat_mode_preferred()`` tells whether GDS is off.
+Imported only for ``device="gpu"``: it imports CuPy and nvCOMP.
 """
 
 from __future__ import annotations
 
-import functools
-import math
-import os
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import cupy
 import numpy as np
-import numpy.typing as npt
-from nvidia import nvcomp
 
+from cuzarr.backends.base import Batching, Codec, DecodeItem, Namer, Op, reraise_decode
 from cuzarr.backends.cpu import parallel_map
 from cuzarr.codecs.base import Buf
-from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
-from cuzarr.codecs.crc32c_ import Crc32cCodec
 from cuzarr.config import Settings
 from cuzarr.diagnostics import count, logger
-from cuzarr.engine import ArrayEngine
-from cuzarr.errors import CorruptChunkError, CuzarrError, UnsupportedError
-from cuzarr.gpu import blosc_frames, streams
-from cuzarr.gpu.kernels import SOURCE
-from cuzarr.gpu.plan import GpuChain, classify_chain, pack, wave_requests
-from cuzarr.metadata.spec import ArraySpec
-from cuzarr.plan import ChunkRequest
+from cuzarr.errors import CorruptChunkError, UnsupportedError
+from cuzarr.gpu import device
+from cuzarr.gpu.plan import GpuChain, classify_chain
 from cuzarr.stores.base import ChunkStore
 
-__all__ = ["GpuEngine", "gdsinfo", "gpu_only_decode", "gpu_only_encode", "read_file_into"]
-
-Codec = ChunkCodec | V2ChunkCodec
+__all__ = ["MAX_BATCH", "GpuBackend"]
 
 #: Most streams in one nvCOMP call.
 MAX_BATCH = 65536
-#: nvCOMP's safe chunk size for LZ4/Snappy/Cascaded/Bitcomp/ANS RAW encode (gpu-facts.md).
-MAX_RAW_ENCODE = 16 * 1024 * 1024
-_THREADS = 256
-_ALGORITHM = {
-    "zstd": "Zstd",
-    "lz4": "LZ4",
-    "zlib": "Deflate",
-    "gzip": "Deflate",
-    "snappy": "Snappy",
-}
-
-xp = cupy
-
-# ---------------------------------------------------------------------- nvCOMP and kernels
 
 _logged: set[str] = set()
 
@@ -88,600 +44,120 @@ def _log_once(message: str) -> None:
         logger.warning("%s", message)
 
 
-_local = threading.local()
+class GpuBackend:
+    """Decodes into and encodes from CuPy arrays on the current device.
 
-
-def _codec(algorithm: str, kind: str = "RAW", **options: Any) -> Any:
-    """A per-thread ``nvcomp.Codec`` (codec objects are not thread-safe)."""
-    cache: dict[tuple[Any, ...], Any] | None = getattr(_local, "codecs", None)
-    if cache is None:
-        cache = _local.codecs = {}
-    key = (algorithm, kind, tuple(sorted(options.items())))
-    codec = cache.get(key)
-    if codec is None:
-        codec = cache[key] = nvcomp.Codec(
-            algorithm=algorithm,
-            bitstream_kind=getattr(nvcomp.BitstreamKind, kind),
-            cuda_stream=cupy.cuda.get_current_stream().ptr,
-            **options,
-        )
-    return codec
-
-
-def _as_u8(arr: Any) -> Any:
-    """A decoded nvCOMP array as a flat CuPy uint8 view [as-array]."""
-    return cupy.asarray(arr).view(cupy.uint8).reshape(-1)
-
-
-def decode_batch(algorithm: str, inputs: Sequence[Any]) -> list[Any]:
-    """Decode device byte arrays (raw streams) with one nvCOMP call; CuPy uint8 results.
-
-    [decode-list]: ``Codec.decode`` is called with a list; if it refuses one, with
-    ``nvcomp.as_arrays(list)``.
-    """
-    if not inputs:
-        return []
-    codec = _codec(algorithm)
-    arrays = [nvcomp.as_array(a) for a in inputs]
-    try:
-        out = codec.decode(arrays)
-    except TypeError:
-        out = codec.decode(nvcomp.as_arrays(arrays))
-    return [_as_u8(o) for o in out]
-
-
-def encode_batch(
-    algorithm: str, inputs: Sequence[Any], kind: str = "RAW", **options: Any
-) -> list[Any]:
-    """Encode device byte arrays with one nvCOMP call; CuPy uint8 results [raw-encode]."""
-    if not inputs:
-        return []
-    codec = _codec(algorithm, kind, **options)
-    arrays = [nvcomp.as_array(a) for a in inputs]
-    try:
-        out = codec.encode(arrays)
-    except TypeError:
-        out = codec.encode(nvcomp.as_arrays(arrays))
-    return [_as_u8(o) for o in out]
-
-
-@functools.cache
-def _kernel(name: str) -> Any:
-    return cupy.RawModule(code=SOURCE, options=("--std=c++14",)).get_function(name)
-
-
-def _launch(name: str, total: int, *args: Any) -> None:
-    if total <= 0:
-        return
-    blocks = min(65535 * 8, (total + _THREADS - 1) // _THREADS)
-    _kernel(name)((blocks,), (_THREADS,), args)
-
-
-def _table_launch(
-    name: str,
-    src: Any,
-    dst: Any,
-    table: npt.NDArray[np.int64],
-    sizes: npt.NDArray[np.int64],
-    *extra: Any,
-) -> None:
-    starts = np.zeros(len(sizes), np.int64)
-    if len(sizes) > 1:
-        np.cumsum(sizes[:-1], out=starts[1:])
-    total = int(sizes.sum())
-    _launch(
-        name,
-        total,
-        src,
-        dst,
-        cupy.asarray(table),
-        cupy.asarray(starts),
-        np.int64(len(sizes)),
-        np.int64(total),
-        *extra,
-    )
-
-
-def byteswap(data: Any, itemsize: int) -> Any:
-    """Reverse the bytes of each element of a flat uint8 device array."""
-    out = cupy.empty_like(data)
-    _launch("cuzarr_byteswap", data.size, data, out, np.int64(data.size), np.int64(itemsize))
-    return out
-
-
-# ---------------------------------------------------------------------- pinned staging
-
-
-class _Pinned:
-    """A growing pinned host buffer per thread for one H2D copy per wave."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-
-    def get(self, nbytes: int) -> npt.NDArray[np.uint8]:
-        buf: npt.NDArray[np.uint8] | None = getattr(self._local, "buf", None)
-        if buf is None or buf.nbytes < nbytes:
-            mem = cupy.cuda.alloc_pinned_memory(max(nbytes, 1 << 20))
-            buf = np.frombuffer(mem, np.uint8, count=max(nbytes, 1 << 20))
-            self._local.buf = buf
-            self._local.mem = mem
-        return buf
-
-
-_pinned = _Pinned()
-
-
-def upload(parts: Sequence[Buf]) -> tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Pack host byte strings into pinned memory and copy them to the device in one go."""
-    sizes = np.array([memoryview(p).nbytes for p in parts], np.int64)
-    total = int(((sizes + 7) // 8 * 8).sum())
-    batch = pack(parts, out=_pinned.get(total))
-    dev = cupy.empty(batch.data.nbytes, cupy.uint8)
-    dev.set(batch.data)
-    return dev, batch.offsets, batch.sizes
-
-
-# ---------------------------------------------------------------------- chunk decode
-
-
-class _Prepared:
-    """Host-side state of one chunk in a wave."""
-
-    __slots__ = ("blosc", "part", "raw", "stream")
-
-    def __init__(self) -> None:
-        self.raw: Buf | None = None
-        self.stream: streams.RawStream | None = None
-        self.blosc: blosc_frames.BloscFrame | None = None
-        self.part: int = -1
-
-
-def _strip_crc(chain: GpuChain, raw: Buf) -> Buf:
-    data = raw
-    for _ in range(chain.crc32c):
-        data = Crc32cCodec().decode(data, None)
-    return data
-
-
-def decode_chunks(chain: GpuChain, raws: Sequence[Buf], nbytes: int) -> list[Any]:
-    """Decode stored chunks of one chain to flat uint8 device arrays (stored element order).
-
-    Raises
-    ------
-    CorruptChunkError
-        For a chunk whose wrapper, frame or decoded size is wrong (the message has the index
-        of the chunk in ``raws``; the engine adds the key).
-    """
-    preps: list[_Prepared] = []
-    host_parts: list[Buf] = []
-    comp = chain.compressor
-    for i, raw in enumerate(raws):
-        p = _Prepared()
-        try:
-            data = _strip_crc(chain, raw)
-            if comp is None:
-                if memoryview(data).nbytes != nbytes:
-                    raise CorruptChunkError(
-                        f"stored {memoryview(data).nbytes} bytes, expected {nbytes}"
-                    )
-            elif comp == "blosc":
-                p.blosc = blosc_frames.parse_frame(data, nbytes)
-                if p.blosc.header.compressor == "blosclz":
-                    raise UnsupportedError("blosclz streams have no GPU decoder")
-            else:
-                p.stream = streams.locate(comp, data, nbytes)
-        except CuzarrError as exc:
-            raise type(exc)(f"chunk #{i}: {exc}") from exc
-        p.raw = data
-        p.part = len(host_parts)
-        if p.stream is not None:
-            # Pack the raw stream itself, so that every nvCOMP input starts 8-byte aligned.
-            host_parts.append(memoryview(data)[p.stream.offset : p.stream.offset + p.stream.length])
-        else:
-            host_parts.append(data)
-        preps.append(p)
-    dev, offsets, _sizes = upload(host_parts)
-    outs: list[Any] = [None] * len(preps)
-    if comp is None:
-        return [dev[int(offsets[p.part]) : int(offsets[p.part]) + nbytes] for p in preps]
-    if comp != "blosc":
-        algo = _ALGORITHM[comp]
-        inputs = []
-        for p in preps:
-            assert p.stream is not None
-            start = int(offsets[p.part])
-            inputs.append(dev[start : start + p.stream.length])
-        for lo in range(0, len(inputs), MAX_BATCH):
-            decoded = decode_batch(algo, inputs[lo : lo + MAX_BATCH])
-            for j, d in enumerate(decoded):
-                if d.size != nbytes:
-                    raise CorruptChunkError(
-                        f"chunk #{lo + j}: decoded {d.size} bytes, expected {nbytes}"
-                    )
-                outs[lo + j] = d
-        return outs
-    return _decode_blosc(preps, dev, offsets, nbytes)
-
-
-def _decode_blosc(
-    preps: list[_Prepared], dev: Any, offsets: npt.NDArray[np.int64], nbytes: int
-) -> list[Any]:
-    """Decode the Blosc frames of a wave.
-
-    Compressed streams go to nvCOMP (one call per algorithm), stored ones are copied, then one
-    unshuffle launch per shuffle kind.
-    """
-    shuffled = cupy.empty(len(preps) * nbytes, cupy.uint8)
-    by_algo: dict[str, list[tuple[Any, int, int]]] = {}
-    byte_rows: list[list[int]] = []
-    bit_rows: list[list[int]] = []
-    for i, p in enumerate(preps):
-        f = p.blosc
-        assert f is not None
-        base = int(offsets[p.part])
-        dst0 = i * nbytes
-        name = "copy" if f.header.memcpyed else f.header.compressor
-        for s in f.streams:
-            src = dev[
-                base + int(s["src_offset"]) : base + int(s["src_offset"]) + int(s["src_size"])
-            ]
-            d0 = dst0 + int(s["dst_offset"])
-            if s["stored"]:
-                shuffled[d0 : d0 + int(s["dst_size"])] = src
-                continue
-            if name == "zlib":
-                assert p.raw is not None
-                start = int(s["src_offset"])
-                loc = streams.locate_zlib(memoryview(p.raw)[start : start + int(s["src_size"])])
-                src = src[loc.offset : loc.offset + loc.length]
-            by_algo.setdefault(_ALGORITHM[name], []).append((src, d0, int(s["dst_size"])))
-        if f.needs_unshuffle:
-            rows = byte_rows if f.header.shuffle else bit_rows
-            for b, bsize in enumerate(f.block_sizes.tolist()):
-                off = dst0 + b * f.header.blocksize
-                rows.append([off, off, bsize, f.header.typesize])
-    for algo, items in by_algo.items():
-        for lo in range(0, len(items), MAX_BATCH):
-            chunk = items[lo : lo + MAX_BATCH]
-            decoded = decode_batch(algo, [src for src, _, _ in chunk])
-            for (_, d0, size), d in zip(chunk, decoded, strict=True):
-                if d.size != size:
-                    raise CorruptChunkError(
-                        f"blosc stream decoded to {d.size} bytes, expected {size}"
-                    )
-                shuffled[d0 : d0 + size] = d
-    out = shuffled
-    if byte_rows or bit_rows:
-        out = shuffled.copy()
-        for name, rows in (
-            ("cuzarr_byte_unshuffle", byte_rows),
-            ("cuzarr_bit_unshuffle", bit_rows),
-        ):
-            if rows:
-                table = np.array(rows, np.int64)
-                _table_launch(name, shuffled, out, table, table[:, 2].copy())
-    return [out[i * nbytes : (i + 1) * nbytes] for i in range(len(preps))]
-
-
-def to_chunk(chain: GpuChain, flat: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
-    """Decoded bytes (stored element order) as a chunk-shaped CuPy array."""
-    if chain.swap_itemsize:
-        flat = byteswap(flat, chain.swap_itemsize)
-    stored_shape = chain.stored_shape or shape
-    arr = flat.view(dtype)
-    arr = arr.reshape(stored_shape)
-    if chain.axes is not None:
-        arr = arr.transpose(chain.axes)
-    return arr
-
-
-# ---------------------------------------------------------------------- the engine
-
-
-class GpuEngine:
-    """Reads into CuPy arrays and writes from CuPy or NumPy arrays, on one GPU.
-
-    Same interface as :class:`cuzarr.engine.ArrayEngine` (which it uses for host-side store
-    access and shard planning), with device arrays for ``out`` and ``value``.
+    Parameters
+    ----------
+    settings : Settings
+        ``max_bytes_in_flight`` sizes the waves; ``threads`` the CPU decodes of chains
+        without a GPU path.
     """
 
+    name = "gpu"
     xp = cupy
 
-    def __init__(self, spec: ArraySpec, codec: Codec, settings: Settings) -> None:
-        self.spec = spec
-        self.codec = codec
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.host = ArrayEngine(spec, codec, settings)
-        self.sharding = codec.sharding
-        inner = self.sharding.inner if self.sharding is not None else codec
-        self.chain = classify_chain(inner)
-        self.inner = inner
-        self.fill = self.host.fill
-        cfg = self.chain.compressor_config or {}
-        if self.chain.compressor == "blosc" and cfg.get("cname") == "blosclz":
-            self.chain = GpuChain(cpu_reason="blosclz streams have no GPU decoder")
-        if self.chain.cpu_reason is not None:
-            _log_once(f"GPU reads of '{spec.path}' decode on the CPU: {self.chain.cpu_reason}")
+        self._chains: dict[Codec, GpuChain] = {}
 
-    # ------------------------------------------------------------ reads
+    def chain(self, codec: Codec) -> GpuChain:
+        """How ``codec``'s chunks decode on the GPU (classified once per chain)."""
+        chain = self._chains.get(codec)
+        if chain is None:
+            chain = classify_chain(codec)
+            cfg = chain.compressor_config or {}
+            if chain.compressor == "blosc" and cfg.get("cname") == "blosclz":
+                chain = GpuChain(cpu_reason="blosclz streams have no GPU decoder")
+            if chain.cpu_reason is not None:
+                _log_once(f"GPU decodes of {codec.shape} chunks run on the CPU: {chain.cpu_reason}")
+            self._chains[codec] = chain
+        return chain
 
-    def _decode_many(self, keys: Sequence[str], raws: Sequence[Buf]) -> list[Any]:
-        codec = self.inner
-        if self.chain.gpu_decode:
+    # ------------------------------------------------------------------ memory
+
+    def asarray(self, value: Any) -> Any:
+        """The value on the device (uploaded if it is a host array)."""
+        return cupy.asarray(value)
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An uninitialised device array."""
+        return cupy.empty(shape, dtype)
+
+    def full(self, shape: tuple[int, ...], value: Any, dtype: Any) -> Any:
+        """A device array of ``value``."""
+        return cupy.full(shape, value, dtype=dtype)
+
+    def copy(self, array: Any, dtype: Any) -> Any:
+        """A writable device copy."""
+        return cupy.array(array, dtype=dtype, copy=True)
+
+    # ------------------------------------------------------------------ planning
+
+    def batching(self, codec: Codec, n: int, *, remote: bool, op: Op) -> Batching:
+        """Waves: up to ``max_bytes_in_flight`` decoded bytes and ``MAX_BATCH`` chunks per call."""
+        per_wave = max(1, self.settings.max_bytes_in_flight // max(1, codec.nbytes))
+        return Batching(size=max(1, min(MAX_BATCH, per_wave, n)), parallel=False)
+
+    def size_hint(self, codec: Codec) -> int | None:
+        """No small-read hint: waves read whole chunks."""
+        return None
+
+    def read_direct(self, store: ChunkStore, key: str, codec: Codec, dest: Any) -> int | None:
+        """Not here: chunks are fetched on the host and uploaded once per wave."""
+        return -1
+
+    # ------------------------------------------------------------------ codecs
+
+    def decode(self, codec: Codec, items: Sequence[DecodeItem], name: Namer) -> list[Any]:
+        """Decode a wave of stored chunks in one nvCOMP call per algorithm (or on the CPU)."""
+        if not items:
+            return []
+        chain = self.chain(codec)
+        chunks: list[Any] | None = None
+        if chain.gpu_decode:
             try:
-                flats = decode_chunks(self.chain, raws, codec.nbytes)
+                flats = device.decode_chunks(chain, [it.raw for it in items], codec.nbytes)
             except CorruptChunkError as exc:
-                raise CorruptChunkError(
-                    f"Corrupt chunk in wave of {list(keys)[:4]}...: {exc}"
-                ) from exc
+                first = name(items[0].key, items[0].inner)
+                raise CorruptChunkError(f"Corrupt chunk in a wave from {first}: {exc}") from exc
             except UnsupportedError:
                 flats = None
             if flats is not None:
-                return [to_chunk(self.chain, f, codec.shape, codec.dtype) for f in flats]
-        count("gpu_cpu_decodes", len(raws))
+                chunks = [device.to_chunk(chain, f, codec.shape, codec.dtype) for f in flats]
+        if chunks is None:
+            count("gpu_cpu_decodes", len(items))
 
-        def cpu(i: int) -> Any:
+            def on_cpu(item: DecodeItem) -> Any:
+                try:
+                    return np.ascontiguousarray(codec.decode(item.raw))
+                except Exception as exc:
+                    reraise_decode(name(item.key, item.inner), exc)
+                    raise  # pragma: no cover
+
+            hosts = parallel_map(on_cpu, list(items), self.settings.n_threads)
+            chunks = [cupy.asarray(h) for h in hosts]
+        out: list[Any] = []
+        for item, chunk in zip(items, chunks, strict=True):
+            if item.dest is not None:
+                item.dest[...] = chunk
+                chunk = item.dest
+            out.append(chunk)
+        return out
+
+    def encode(self, codec: Codec, chunks: Sequence[Any]) -> list[Buf]:
+        """Encode device chunks in one nvCOMP call, in CPU-readable bitstreams (or on the CPU)."""
+        if not chunks:
+            return []
+        chain = self.chain(codec)
+        if chain.gpu_encode:
             try:
-                return codec.decode(raws[i])
-            except Exception as exc:
-                raise CorruptChunkError(f"Failed to decode chunk '{keys[i]}': {exc}") from exc
+                return list(device.encode_chunks(chain, chunks))
+            except UnsupportedError:
+                pass
+        count("gpu_cpu_encodes", len(chunks))
+        return [codec.encode(cupy.asnumpy(c)) for c in chunks]
 
-        hosts = parallel_map(cpu, range(len(raws)), self.settings.n_threads)
-        return [cupy.asarray(np.ascontiguousarray(h)) for h in hosts]
-
-    def read(
-        self,
-        store: ChunkStore,
-        requests: Sequence[ChunkRequest],
-        out: Any,
-        drop_axes: tuple[int, ...] = (),
-    ) -> list[bool]:
-        """Read requests into the CuPy array ``out``; per request, whether it was present."""
-        if self.sharding is not None:
-            return self._read_sharded(store, requests, out, drop_axes)
-        results: list[bool] = []
-        for wave in wave_requests(
-            requests,
-            self.codec.nbytes,
-            max_bytes=self.settings.max_bytes_in_flight,
-            max_count=MAX_BATCH,
-        ):
-            gets = parallel_map(lambda r: store.get(r.key), wave, self.settings.n_threads)
-            raws = [None if g is None else g.data for g in gets]
-            present = [i for i, raw in enumerate(raws) if raw is not None]
-            found: list[Buf] = [raw for raw in raws if raw is not None]
-            chunks = self._decode_many([wave[i].key for i in present], found)
-            decoded = dict(zip(present, chunks, strict=True))
-            for i, req in enumerate(wave):
-                chunk = decoded.get(i)
-                if chunk is None:
-                    out[req.out_selection] = self.fill
-                    results.append(False)
-                    continue
-                sel = chunk[req.chunk_selection]
-                if drop_axes:
-                    sel = sel.squeeze(axis=drop_axes)
-                out[req.out_selection] = sel
-                results.append(True)
-        return results
-
-    def _read_sharded(
-        self,
-        store: ChunkStore,
-        requests: Sequence[ChunkRequest],
-        out: Any,
-        drop_axes: tuple[int, ...],
-    ) -> list[bool]:
-        sh = self.sharding
-        assert sh is not None
-        host = self.host
-        results: list[bool] = []
-        per_wave = max(1, self.settings.max_bytes_in_flight // max(1, self.codec.nbytes))
-        for w in range(0, len(requests), per_wave):
-            wave = requests[w : w + per_wave]
-            # The CPU engine's planner: which inner chunks, whole shard or index + coalesced
-            # ranges. Its host ``dest`` buffers are never touched (lazily allocated pages).
-            reads = parallel_map(
-                lambda r: host._fetch_shard(store, sh, r, out, drop_axes),
-                wave,
-                self.settings.n_threads,
-            )
-            keys: list[str] = []
-            raws: list[Buf] = []
-            where: list[tuple[int, tuple[int, ...]]] = []
-            for ri, r in enumerate(reads):
-                if not r.present:
-                    continue
-                for b in r.blocks:
-                    src = r.sources.get(int(np.ravel_multi_index(b, sh.chunks_per_shard)))
-                    if src is not None:
-                        keys.append(f"{r.request.key}[inner chunk {b}]")
-                        raws.append(src)
-                        where.append((ri, b))
-            chunks = self._decode_many(keys, raws) if raws else []
-            boxes: dict[int, Any] = {}
-            for ri, r in enumerate(reads):
-                if r.present:
-                    assert r.dest is not None
-                    boxes[ri] = (
-                        r.dest
-                        if r.in_place
-                        else cupy.full(r.dest.shape, self.fill, dtype=self.codec.dtype)
-                    )
-                    if r.in_place:
-                        boxes[ri][...] = self.fill
-            for (ri, b), chunk in zip(where, chunks, strict=True):
-                r = reads[ri]
-                region = tuple(
-                    slice(x * c - o, (x + 1) * c - o)
-                    for x, c, o in zip(b, sh.chunk_shape, r.origin, strict=True)
-                )
-                boxes[ri][region] = chunk
-            for ri, r in enumerate(reads):
-                req = r.request
-                if not r.present:
-                    out[req.out_selection] = self.fill
-                    results.append(False)
-                    continue
-                if not r.in_place:
-                    from cuzarr.selection import rebase
-
-                    sel = boxes[ri][rebase(req.chunk_selection, r.origin, r.dest.shape)]  # type: ignore[union-attr]
-                    if drop_axes:
-                        sel = sel.squeeze(axis=drop_axes)
-                    out[req.out_selection] = sel
-                results.append(True)
-        return results
-
-    # ------------------------------------------------------------ writes
-
-    def write(
-        self,
-        store: ChunkStore,
-        requests: Sequence[ChunkRequest],
-        value: Any,
-        drop_axes: tuple[int, ...] = (),
-        *,
-        write_empty_chunks: bool = False,
-    ) -> None:
-        """Merge ``value`` into the requested chunks and store them.
-
-        Chunks are merged on the device and encoded with nvCOMP (zstd, lz4, gzip, zlib in
-        numcodecs' bitstreams); other chains and sharded arrays are encoded on the CPU.
-        """
-        store.check_writable()
-        chain = self.chain
-        if self.sharding is not None or not chain.gpu_encode:
-            count("gpu_cpu_encodes", len(requests))
-            host_value = (
-                cupy.asnumpy(value) if isinstance(value, cupy.ndarray) else np.asarray(value)
-            )
-            self.host.write(
-                store, requests, host_value, drop_axes, write_empty_chunks=write_empty_chunks
-            )
-            return
-        value = cupy.asarray(value)
-        codec = self.codec
-        for wave in wave_requests(
-            requests, codec.nbytes, max_bytes=self.settings.max_bytes_in_flight, max_count=MAX_BATCH
-        ):
-            partial = [r for r in wave if not r.complete]
-            existing: dict[str, Any] = {}
-            if partial:
-                tmp = cupy.empty((len(partial), *codec.shape), codec.dtype)
-                full = tuple(slice(0, n) for n in codec.shape)
-                reqs = [
-                    ChunkRequest(
-                        key=r.key, chunk_selection=full, out_selection=(i, *full), complete=True
-                    )
-                    for i, r in enumerate(partial)
-                ]
-                self.read(store, reqs, tmp)
-                existing = {r.key: tmp[i] for i, r in enumerate(partial)}
-            keys: list[str] = []
-            chunks: list[Any] = []
-            for r in wave:
-                chunk = existing.get(r.key)
-                chunk = cupy.full(codec.shape, self.fill, codec.dtype) if chunk is None else chunk
-                if value.ndim == 0:
-                    chunk[r.chunk_selection] = value
-                else:
-                    part = value[r.out_selection]
-                    if drop_axes:
-                        item = tuple(
-                            None if i in drop_axes else slice(None) for i in range(len(codec.shape))
-                        )
-                        part = part[item]
-                    chunk[r.chunk_selection] = part
-                if not write_empty_chunks and bool(_all_fill(chunk, self.fill)):
-                    store.delete(r.key)
-                    continue
-                keys.append(r.key)
-                chunks.append(chunk)
-            blobs = encode_chunks(chain, chunks)
-            for key, blob in zip(keys, blobs, strict=True):
-                store.put(key, blob)
-
-
-def _all_fill(chunk: Any, fill: Any) -> Any:
-    if isinstance(fill, float) and math.isnan(fill):
-        return cupy.isnan(chunk).all()
-    return (chunk == fill).all()
-
-
-def encode_chunks(chain: GpuChain, chunks: Sequence[Any]) -> list[npt.NDArray[np.uint8]]:
-    """Encode chunk-shaped device arrays in the chain's CPU-readable bitstreams (host bytes)."""
-    flats = []
-    for c in chunks:
-        arr = c
-        if chain.axes is not None:
-            arr = arr.transpose(tuple(int(i) for i in np.argsort(chain.axes)))
-        flat = cupy.ascontiguousarray(arr).view(cupy.uint8).reshape(-1)
-        if chain.swap_itemsize:
-            flat = byteswap(flat, chain.swap_itemsize)
-        flats.append(flat)
-    comp = chain.compressor
-    if comp is None:
-        blobs = [cupy.asnumpy(f) for f in flats]
-    else:
-        if comp in ("lz4",) and any(f.size > MAX_RAW_ENCODE for f in flats):
-            raise UnsupportedError("LZ4 chunks over 16 MiB are encoded on the CPU")
-        raws = encode_batch(_ALGORITHM[comp], flats)
-        blobs = []
-        for f, r in zip(flats, raws, strict=True):
-            decoded = cupy.asnumpy(f) if comp in ("zlib", "gzip") else None
-            wrapped = streams.wrap(comp, cupy.asnumpy(r), decoded, int(f.size))
-            blobs.append(np.frombuffer(wrapped, np.uint8))
-    for _ in range(chain.crc32c):
-        blobs = [np.frombuffer(bytes(Crc32cCodec().encode(b)), np.uint8) for b in blobs]
-    return blobs
-
-
-# ---------------------------------------------------------------------- GPU-only codecs
-
-
-def gpu_only_decode(
-    algorithm: str, config: dict[str, Any], data: bytes, decoded_nbytes: int | None
-) -> bytes:
-    """Decode one nvCOMP-native chunk (``cuzarr.<format>`` codecs) [native]."""
-    dev = cupy.asarray(np.frombuffer(data, np.uint8))
-    codec = _codec(algorithm, "NVCOMP_NATIVE", **config)
-    out = _as_u8(codec.decode(nvcomp.as_array(dev)))
-    if decoded_nbytes is not None and out.size != decoded_nbytes:
-        raise CorruptChunkError(
-            f"{algorithm} chunk decoded to {out.size} bytes, expected {decoded_nbytes}"
-        )
-    return bytes(cupy.asnumpy(out))
-
-
-def gpu_only_encode(algorithm: str, config: dict[str, Any], data: bytes) -> bytes:
-    """Encode one chunk in nvCOMP's native container (``cuzarr.<format>`` codecs) [native]."""
-    dev = cupy.asarray(np.frombuffer(data, np.uint8))
-    codec = _codec(algorithm, "NVCOMP_NATIVE", **config)
-    return bytes(cupy.asnumpy(_as_u8(codec.encode(nvcomp.as_array(dev)))))
-
-
-# ---------------------------------------------------------------------- I/O report
-
-
-def gdsinfo() -> dict[str, Any]:
-    """Whether kvikio reads go through GPUDirect Storage, and its settings [kvikio]."""
-    import kvikio
-    import kvikio.defaults
-
-    info: dict[str, Any] = {"kvikio": getattr(kvikio, "__version__", "?")}
-    try:
-        info["compat_mode"] = bool(kvikio.defaults.is_compat_mode_preferred())
-    except Exception as exc:  # the probe reports what failed
-        info["compat_mode_error"] = f"{type(exc).__name__}: {exc}"
-    info["gds"] = info.get("compat_mode") is False
-    info["threads"] = os.environ.get("KVIKIO_NTHREADS")
-    return info
-
-
-def read_file_into(path: str, out: Any, offset: int = 0) -> int:
-    """Read ``out.nbytes`` bytes of a local file at ``offset`` into a device buffer [kvikio]."""
-    import kvikio
-
-    with kvikio.CuFile(path, "r") as f:
-        return int(f.pread(out, out.nbytes, offset).get())
+    def all_equal(self, chunk: Any, fill: Any) -> bool:
+        """Every element equals ``fill`` (NaN equal to NaN)."""
+        return bool(device.all_fill(chunk, fill))

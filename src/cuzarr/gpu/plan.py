@@ -3,7 +3,7 @@
 Chain classification, waves, packed batches, scatter descriptors, and NumPy references of the
 GPU kernels.
 
-The GPU backend consumes the same :class:`~cuzarr.plan.ChunkRequest` lists the CPU engine
+The GPU backend consumes the same :class:`~cuzarr.engine.requests.ChunkRequest` lists the CPU engine
 does (one planner); this module turns them into what a batched device decode needs. Every
 kernel in :mod:`cuzarr.gpu.kernels` computes, per thread, exactly the index formula of its
 reference here (``*_indices`` functions), so the CPU tests that check these references against
@@ -26,7 +26,7 @@ from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
 from cuzarr.codecs.crc32c_ import Crc32cCodec
 from cuzarr.codecs.numcodecs_ import NumcodecsBytesCodec
 from cuzarr.codecs.transpose import TransposeCodec
-from cuzarr.plan import ChunkRequest
+from cuzarr.engine.requests import ChunkRequest
 
 __all__ = [
     "MAX_SCATTER_DIMS",
@@ -103,11 +103,6 @@ class GpuChain:
         )
 
 
-def _compressor_id(codec: NumcodecsBytesCodec) -> str:
-    cid = getattr(codec.codec, "codec_id", None)
-    return str(cid) if cid is not None else codec.name.removeprefix("numcodecs.")
-
-
 def _compose(first: tuple[int, ...] | None, then: tuple[int, ...]) -> tuple[int, ...]:
     """``x.transpose(first).transpose(then)`` as one ``x.transpose(result)``."""
     if first is None:
@@ -121,7 +116,7 @@ def classify_chain(codec: ChunkCodec | V2ChunkCodec) -> GpuChain:
     Parameters
     ----------
     codec : ChunkCodec or V2ChunkCodec
-        As built by :func:`cuzarr.codecs.chain.build_chunk_codec`.
+        As built by :func:`cuzarr.codecs.build.build_chunk_codec`.
 
     Returns
     -------
@@ -137,7 +132,7 @@ def classify_chain(codec: ChunkCodec | V2ChunkCodec) -> GpuChain:
         if codec.filters:
             names = ", ".join(f.name for f in codec.filters)
             return GpuChain(cpu_reason=f"v2 filters ({names}) have no GPU path")
-        comp = None if codec.compressor is None else _compressor_id(codec.compressor)
+        comp = None if codec.compressor is None else codec.compressor.stream_format
         if comp is not None and comp not in GPU_DECODE:
             return GpuChain(cpu_reason=f"compressor '{comp}' has no GPU path")
         shape = codec.shape
@@ -180,7 +175,7 @@ def classify_chain(codec: ChunkCodec | V2ChunkCodec) -> GpuChain:
             return GpuChain(cpu_reason="a crc32c codec inside a compressor has no GPU path")
         if comp is not None or not isinstance(bb, NumcodecsBytesCodec):
             return GpuChain(cpu_reason=f"codec '{bb.name}' (bytes_codecs[{i}]) has no GPU path")
-        comp = _compressor_id(bb)
+        comp = bb.stream_format
         if comp not in GPU_DECODE:
             return GpuChain(cpu_reason=f"compressor '{comp}' has no GPU path")
         cfg = _config(bb)

@@ -12,7 +12,7 @@ wrap them:
 
 :func:`locate` checks the wrapper on the host and returns where the raw stream is and what the
 trailer promises; :func:`verify` checks the promise against decoded bytes (the CPU helper; the
-GPU path checks sizes, see :mod:`cuzarr.gpu.backend`). :func:`wrap` builds the wrapper around a
+GPU path checks sizes, see :mod:`cuzarr.gpu.device`). :func:`wrap` builds the wrapper around a
 raw stream the GPU compressed, so CPU libraries read GPU-written chunks.
 """
 

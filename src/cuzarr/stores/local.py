@@ -31,6 +31,8 @@ __all__ = ["TEMP_SUFFIX", "LocalChunkStore", "check_key"]
 TEMP_SUFFIX = ".partial"
 _BAD_SEGMENTS = frozenset(("", ".", ".."))
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+#: ``GetResult`` from a tuple without the Python-level ``__new__`` (small reads are hot).
+_result = GetResult._make
 
 
 def check_key(key: str, store: str = "the store") -> str:
@@ -150,10 +152,10 @@ class LocalChunkStore(BaseChunkStore):
         if fd is None:
             return None
         try:
-            if byte_range is None and size_hint is not None:
+            if size_hint is not None and byte_range is None:
                 data = os.read(fd, size_hint + 1)
                 if len(data) <= size_hint:
-                    return GetResult(data, len(data))
+                    return _result((data, len(data), None))
             size = os.fstat(fd).st_size
             if byte_range is None:
                 start, n = 0, size

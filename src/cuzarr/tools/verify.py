@@ -24,7 +24,8 @@ import numpy as np
 
 from cuzarr.backends.cpu import parallel_map
 from cuzarr.codecs.base import Buf
-from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec, build_chunk_codec
+from cuzarr.codecs.build import build_chunk_codec
+from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
 from cuzarr.codecs.sharding import EMPTY
 from cuzarr.config import get_settings
 from cuzarr.errors import CuzarrError, UnsupportedError
@@ -260,6 +261,7 @@ def verify(
     if "" not in nodes:
         read_node(store, "")  # raises NodeNotFoundError naming the store
     report = VerifyReport(target=handle.name)
+    settings = get_settings()
     report.stale_temporary_files = sorted(k for k in listing.sizes if k.endswith(TEMP_SUFFIX))
     items: list[_Item] = []
     for path in nodes:
@@ -278,7 +280,7 @@ def verify(
         if isinstance(node, GroupSpec):
             continue
         try:
-            codec = build_chunk_codec(node)
+            codec = build_chunk_codec(node, max_chunk_nbytes=settings.max_chunk_nbytes)
         except UnsupportedError as exc:
             report.warnings.append(f"array '{path}' not checked: {exc}")
             continue

@@ -11,7 +11,7 @@ Examples
 --------
 >>> import zarr
 >>> from zarr.storage import MemoryStore
->>> from cuzarr.testing_faults import Fault, FaultyStore
+>>> from cuzarr.testing.faults import Fault, FaultyStore
 >>> store = FaultyStore(MemoryStore(), [Fault(op="set", nth=2)])
 >>> store.faults_injected
 0

@@ -1,13 +1,15 @@
-"""The v3 ``sharding_indexed`` codec: many inner chunks in one stored object.
+"""The shard format of the v3 ``sharding_indexed`` codec: many inner chunks in one object.
 
 Layout (Zarr v3 sharding spec): the encoded inner chunks, then (or before them) an index of
 ``(offset, nbytes)`` uint64 pairs in C order over the shard's inner-chunk grid, encoded with the
 index codecs (by default ``bytes`` little-endian plus ``crc32c``). ``(2**64-1, 2**64-1)`` marks an
 empty inner chunk, which reads as the fill value.
 
-The engine reads shards whole (:meth:`ShardingCodec.split`) or partially (the index range, then
-:meth:`ShardingCodec.decode_index`), and writes them with :meth:`ShardingCodec.assemble`. Nested
-sharding is left to zarr-python's pipeline.
+Everything that knows this layout is here: where the index is (:meth:`ShardingCodec.index_request`),
+its decoding and validation (:meth:`ShardingCodec.decode_index`), a whole shard split into its
+inner chunks' bytes (:meth:`ShardingCodec.split`, :meth:`ShardingCodec.inner_sources`), and a
+shard built from them (:meth:`ShardingCodec.assemble`). How a shard is *read* from a store is
+:mod:`cuzarr.codecs.sharding.reader`. Nested sharding is left to zarr-python's pipeline.
 """
 
 from __future__ import annotations
@@ -15,20 +17,25 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from cuzarr._json import describe
 from cuzarr.codecs.base import Buf, as_u8
-from cuzarr.errors import CorruptChunkError
+from cuzarr.errors import CorruptChunkError, MetadataError
+from cuzarr.metadata.spec import CodecSpec
+from cuzarr.metadata.v3 import parse_codec_list
+from cuzarr.stores.base import Range, Suffix
 
 if TYPE_CHECKING:
     from cuzarr.codecs.chain import ChunkCodec
+    from cuzarr.codecs.registry import Builder
 
-__all__ = ["EMPTY", "ShardingCodec", "morton_order"]
+__all__ = ["EMPTY", "ShardingCodec", "from_v3", "morton_order"]
 
 #: Offset and length marking an empty inner chunk.
 EMPTY = np.uint64(2**64 - 1)
@@ -116,9 +123,28 @@ class ShardingCodec:
         assert size is not None  # checked when the chain was built
         return size
 
-    def index_byte_range(self, shard_nbytes: int | None = None) -> tuple[str, int]:
-        """Return how to fetch the index: ``("prefix", n)`` or ``("suffix", n)``."""
-        return ("prefix" if self.index_location == "start" else "suffix", self.index_nbytes)
+    def index_request(self) -> Range | Suffix:
+        """The bytes of a shard that hold its index: its first or its last ``index_nbytes``."""
+        n = self.index_nbytes
+        return Range(0, n) if self.index_location == "start" else Suffix(n)
+
+    def index_start(self, shard_nbytes: int) -> int:
+        """Where the index begins in a shard of ``shard_nbytes`` bytes."""
+        return 0 if self.index_location == "start" else shard_nbytes - self.index_nbytes
+
+    @staticmethod
+    def inner_sources(
+        u8: npt.NDArray[np.uint8], table: npt.NDArray[np.uint64], flat: Iterable[int]
+    ) -> dict[int, npt.NDArray[np.uint8]]:
+        """Views of the stored bytes of the present inner chunks among ``flat`` of a shard.
+
+        ``u8`` holds the whole shard, ``table`` its decoded (validated) index.
+        """
+        return {
+            i: u8[int(table[i, 0]) : int(table[i, 0]) + int(table[i, 1])]
+            for i in flat
+            if table[i, 0] != EMPTY
+        }
 
     def decode_index(self, raw: Buf, *, shard_nbytes: int | None) -> npt.NDArray[np.uint64]:
         """Decode and validate an encoded index.
@@ -201,8 +227,8 @@ class ShardingCodec:
             raise CorruptChunkError(
                 f"shard is {u8.nbytes} bytes, shorter than its {n}-byte index (truncated shard?)"
             )
-        raw_index = u8[:n] if self.index_location == "start" else u8[u8.nbytes - n :]
-        return u8, self.decode_index(raw_index, shard_nbytes=u8.nbytes)
+        start = self.index_start(u8.nbytes)
+        return u8, self.decode_index(u8[start : start + n], shard_nbytes=u8.nbytes)
 
     def inner_coords(self) -> Iterator[tuple[int, ...]]:
         """Inner chunk coordinates in C order (the index order)."""
@@ -238,13 +264,14 @@ class ShardingCodec:
     def decode(self, data: Buf, shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
         """Decode a whole shard to an array (empty inner chunks read as the fill value)."""
         u8, table = self.split(data)
+        sources = self.inner_sources(u8, table, range(self.n_inner))
         out = np.empty(shape, dtype=dtype)
         for i, coords in enumerate(self.inner_coords()):
-            off, length = int(table[i, 0]), int(table[i, 1])
-            if table[i, 0] == EMPTY:
+            src = sources.get(i)
+            if src is None:
                 out[self._region(coords)] = self.fill_value
             else:
-                self.inner.decode_into(u8[off : off + length], out[self._region(coords)])
+                self.inner.decode_into(src, out[self._region(coords)])
         return out
 
     def encode(self, arr: npt.NDArray[Any]) -> Buf:
@@ -259,3 +286,55 @@ class ShardingCodec:
     def encoded_size(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> int | None:
         """Shards are variable-size."""
         return None
+
+
+def from_v3(
+    b: Builder,
+    codec: CodecSpec,
+    where: str,
+    shard_shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+) -> ShardingCodec:
+    """The ``sharding_indexed`` codec from its v3 configuration (inner and index chains built)."""
+    r = b.reader(codec, where)
+    r.only(("chunk_shape", "codecs", "index_codecs", "index_location"), "codec 'sharding_indexed'")
+    inner_shape = r.int_tuple("chunk_shape", minimum=1)
+    if len(inner_shape) != len(shard_shape):
+        raise r.fail("chunk_shape", f"{len(shard_shape)} dimensions", list(inner_shape))
+    if any(s % c for s, c in zip(shard_shape, inner_shape, strict=True)):
+        raise r.fail(
+            "chunk_shape",
+            f"a shape that divides the shard shape {list(shard_shape)}",
+            list(inner_shape),
+        )
+    cps = tuple(s // c for s, c in zip(shard_shape, inner_shape, strict=True))
+    inner_specs: tuple[CodecSpec, ...] = (
+        CodecSpec(name="bytes", configuration={"endian": "little"}),
+    )
+    if "codecs" in codec.configuration:
+        inner_specs = parse_codec_list(r, "codecs")
+    index_specs: tuple[CodecSpec, ...] = (
+        CodecSpec(name="bytes", configuration={"endian": "little"}),
+        CodecSpec(name="crc32c"),
+    )
+    if "index_codecs" in codec.configuration:
+        index_specs = parse_codec_list(r, "index_codecs")
+    location = r.choice("index_location", ("start", "end"), "end")
+    inner = b.chain(inner_specs, inner_shape, dtype, f"{where}.configuration.codecs")
+    index = b.chain(
+        index_specs, (*cps, 2), np.dtype(np.uint64), f"{where}.configuration.index_codecs"
+    )
+    if index.encoded_size() is None:
+        raise MetadataError(
+            f"Failed to parse '{where}.configuration.index_codecs' in zarr.json of '{b.path}': "
+            "index codecs must produce a fixed-size encoding, got "
+            f"{describe([c.name for c in index_specs])}"
+        )
+    return ShardingCodec(
+        chunk_shape=inner_shape,
+        inner=inner,
+        index=index,
+        index_location=location,  # type: ignore[arg-type]
+        chunks_per_shard=cps,
+        fill_value=b.fill_value,
+    )

@@ -1,11 +1,11 @@
-"""A small LRU cache of decoded shard indexes, shared by the reads of one ``cuzarr.Array``.
+"""A small LRU cache of decoded shard indexes, shared by the reads of one array's engine.
 
 On an object store a partial read of a shard costs two round trips: the index, then the inner
-chunks. Caching the index turns every later partial read of the same shard into one. For object
-stores the cache trusts that nobody else rewrites the shard: the array's own writes invalidate
-what they touch, and a reader that must see another writer's changes re-opens the array.
-Entries may carry a version token (local files: inode, size and mtime); such an entry is only
-used for the same version, so local and memory stores cache safely, whoever writes.
+chunks. Caching the index turns every later partial read of the same shard into one. Entries
+carry a token: the shard's ETag (object stores: reads are then conditional on it), the index
+bytes themselves (local files, memory: equal bytes, equal table), or nothing (stores without
+versions: used only where the reader trusts its cache, see
+:class:`~cuzarr.codecs.sharding.reader.ShardReader`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,149 @@
+"""The backend interface: where chunks are decoded and encoded, and the arrays that hold them.
+
+The engine's read and write loops (:mod:`cuzarr.engine.read`, :mod:`cuzarr.engine.write`) are
+written once against :class:`Backend`; the CPU backend (:class:`cuzarr.backends.cpu.CpuBackend`,
+NumPy arrays) and the GPU backend (:class:`cuzarr.gpu.backend.GpuBackend`, CuPy arrays, nvCOMP)
+implement it. Stores, locks, conditional puts, waves, the empty-chunk rule, fallbacks and
+counters are the loops' business, so they apply to every backend alike.
+
+A backend decides how chunk work is grouped (:meth:`Backend.batching`): the CPU decodes one
+chunk per task in many parallel tasks (or a few small zstd chunks together); the GPU decodes a
+whole wave in one batched call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, Protocol
+
+from cuzarr.codecs.base import Buf
+from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
+from cuzarr.errors import CorruptChunkError, CuzarrError
+from cuzarr.stores.base import ChunkStore
+
+__all__ = ["EACH", "Backend", "Batching", "Codec", "DecodeItem", "Namer", "Op", "decode_failure"]
+
+Codec = ChunkCodec | V2ChunkCodec
+#: What a batch does: fetch and decode chunks, decode inner chunks, or encode.
+Op = Literal["read", "decode", "encode"]
+#: An array of the backend's memory (``numpy.ndarray`` on the CPU, ``cupy.ndarray`` on the GPU).
+Array = Any
+
+
+class DecodeItem(NamedTuple):
+    """One stored chunk to decode."""
+
+    #: The stored bytes (host memory).
+    raw: Buf
+    #: Where the decoded chunk goes: a chunk-shaped array of the backend's memory (possibly a
+    #: strided view of the output), or ``None`` for "any buffer" (then read it before the next
+    #: decode on this thread).
+    dest: Array | None
+    #: The chunk's (or shard's) key, and for an inner chunk of a shard its coordinates.
+    key: str
+    inner: tuple[int, ...] | None = None
+
+
+#: Names a chunk in messages from its key and inner coordinates (``ArrayContext.where``): only
+#: called when something failed, so the hot path formats no strings.
+Namer = Callable[[str, "tuple[int, ...] | None"], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Batching:
+    """How the loops group chunk work.
+
+    Attributes
+    ----------
+    size : int
+        Chunks per backend call.
+    parallel : bool
+        Batches run at once on the engine's threads (else one after another, each fetching its
+        chunks on the I/O threads first).
+    """
+
+    size: int
+    parallel: bool
+
+
+#: One chunk per task, tasks in parallel: what the CPU does for most work.
+EACH = Batching(size=1, parallel=True)
+
+
+def decode_failure(where: str, exc: Exception) -> CorruptChunkError:
+    """The error for a chunk that failed to decode, naming it."""
+    if isinstance(exc, CorruptChunkError):
+        return CorruptChunkError(f"Corrupt {where}: {exc}")
+    return CorruptChunkError(f"Failed to decode {where}: {type(exc).__name__}: {exc}")
+
+
+def reraise_decode(where: str, exc: Exception) -> None:
+    """Raise ``exc`` named by ``where`` (a :class:`CuzarrError` other than corruption as is)."""
+    if isinstance(exc, CuzarrError) and not isinstance(exc, CorruptChunkError):
+        raise exc
+    raise decode_failure(where, exc) from exc
+
+
+class Backend(Protocol):
+    """What the loops need from the place chunks are decoded."""
+
+    @property
+    def name(self) -> str:
+        """``"cpu"`` or ``"gpu"``."""
+        ...
+
+    @property
+    def xp(self) -> Any:
+        """The array module of results (``numpy``, ``cupy``)."""
+        ...
+
+    def asarray(self, value: Any) -> Array:
+        """A value to write, in this backend's memory (no copy if it is already there)."""
+        ...
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> Array:
+        """An uninitialised array."""
+        ...
+
+    def full(self, shape: tuple[int, ...], value: Any, dtype: Any) -> Array:
+        """An array of ``value``."""
+        ...
+
+    def copy(self, array: Array, dtype: Any) -> Array:
+        """A writable copy of ``array`` as ``dtype``."""
+        ...
+
+    def batching(self, codec: Codec, n: int, *, remote: bool, op: Op) -> Batching:
+        """How to group ``n`` chunk reads (fetch and decode), decodes or encodes."""
+        ...
+
+    def size_hint(self, codec: Codec) -> int | None:
+        """An upper bound of a stored chunk's size, for stores with small reads (or ``None``)."""
+        ...
+
+    def read_direct(self, store: ChunkStore, key: str, codec: Codec, dest: Array) -> int | None:
+        """Read an uncompressed chunk straight into ``dest`` if this backend can.
+
+        Returns the stored size (``-1``: not done here, read and decode as usual; ``None``:
+        the chunk is missing).
+        """
+        ...
+
+    def decode(self, codec: Codec, items: Sequence[DecodeItem], name: Namer) -> list[Array]:
+        """Decode stored chunks; return the array holding each (its ``dest`` if given).
+
+        Raises
+        ------
+        CorruptChunkError
+            Naming (with ``name``) the item that failed.
+        """
+        ...
+
+    def encode(self, codec: Codec, chunks: Sequence[Array]) -> list[Buf]:
+        """Encode chunk-shaped arrays to stored bytes (host memory)."""
+        ...
+
+    def all_equal(self, chunk: Array, fill: Any) -> bool:
+        """zarr's empty-chunk rule: every element equals ``fill`` (NaN equal, -0.0 != 0.0)."""
+        ...

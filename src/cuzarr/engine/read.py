@@ -1,0 +1,344 @@
+"""The read loops: plan -> fetch -> decode -> scatter, for any backend.
+
+Chunks (unsharded arrays). Each request's chunk is fetched, decoded and scattered; work is
+grouped as the backend asks (:meth:`~cuzarr.backends.base.Backend.batching`). On the CPU that
+is one chunk per task, many tasks at once: a chunk that maps onto a whole region of the output
+is decoded straight into it (an uncompressed one read straight into it), any other into a
+scratch chunk and copied once. Many small zstd chunks go in batches of 16 (one GIL-free call).
+On the GPU a whole wave is fetched on the I/O threads and decoded in one call.
+
+Shards. Waves of shards bounded by ``max_bytes_in_flight``: phase one fetches, per shard, the
+union of the inner chunks its items need (:class:`~cuzarr.codecs.sharding.reader.ShardReader`
+picks how), phase two decodes every needed inner chunk of the wave (into the output itself for
+a whole-shard read, else into a buffer over the needed inner chunks' bounding box), phase three
+scatters each item's selection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from cuzarr.backends.base import Batching, DecodeItem
+from cuzarr.backends.cpu import parallel_map
+from cuzarr.codecs.sharding.reader import ShardBytes
+from cuzarr.engine.context import ArrayContext, waves
+from cuzarr.engine.requests import ChunkRequest
+from cuzarr.engine.selection import is_full, iter_blocks, needed_blocks, rebase
+from cuzarr.errors import CorruptChunkError
+from cuzarr.stores import io_threads
+from cuzarr.stores.base import BufferPool, ChunkStore, Coalescing
+from cuzarr.stores.ranges import ReadPolicy, read_policy
+
+__all__ = ["read_chunk_groups", "read_chunks", "read_shards"]
+
+#: ``(request, output, dropped axes)``: one item of a read.
+Item = tuple[ChunkRequest, Any, tuple[int, ...]]
+
+
+def whole_view(out: Any, req: ChunkRequest, shape: tuple[int, ...], drop_axes: Any) -> Any:
+    """The region of ``out`` a whole chunk of ``shape`` lands in, as a view; else ``None``."""
+    if drop_axes or not is_full(req.chunk_selection, shape):
+        return None
+    sel = req.out_selection
+    if isinstance(sel, slice):
+        sel = (sel,)
+    if not (isinstance(sel, tuple) and all(isinstance(s, slice) for s in sel)):
+        return None
+    # The trailing Ellipsis keeps a 0-d result a view (``out[()]`` is a scalar copy).
+    view = out[(*sel, Ellipsis)]
+    return view if view.shape == shape else None
+
+
+def scatter(out: Any, req: ChunkRequest, chunk: Any, drop_axes: tuple[int, ...]) -> None:
+    """``out[out_selection] = chunk[chunk_selection]``, the dropped axes squeezed."""
+    selected = chunk[req.chunk_selection]
+    if drop_axes:
+        selected = selected.squeeze(axis=drop_axes)
+    out[req.out_selection] = selected
+
+
+def _run_batches[T](
+    run: Callable[[Sequence[T]], None], items: Sequence[T], batching: Batching, threads: int
+) -> None:
+    """Run ``run`` over ``items`` in slices of ``batching.size``, in parallel or in turn."""
+    if batching.size == 1 and batching.parallel:
+        parallel_map(lambda x: run((x,)), items, threads)
+        return
+    batches = list(waves(items, batching.size))
+    if batching.parallel:
+        parallel_map(run, batches, threads)
+    else:
+        for batch in batches:
+            run(batch)
+
+
+# ---------------------------------------------------------------------------- chunks
+
+
+def read_chunks(
+    ctx: ArrayContext,
+    store: ChunkStore,
+    requests: Sequence[ChunkRequest],
+    out: Any,
+    drop_axes: tuple[int, ...] = (),
+) -> list[bool]:
+    """Read requests of an unsharded array into ``out``; per request, whether it was present."""
+    codec, backend = ctx.codec, ctx.backend
+    remote = store.caps.remote
+    batching = backend.batching(codec, len(requests), remote=remote, op="read")
+    io = io_threads(store, ctx.settings)
+    hint = backend.size_hint(codec) if store.caps.small_reads else None
+
+    def one(req: ChunkRequest) -> bool:
+        dest = whole_view(out, req, codec.shape, drop_axes)
+        if dest is not None:
+            size = backend.read_direct(store, req.key, codec, dest)
+            if size is None:
+                dest[...] = ctx.fill
+                return False
+            if size >= 0:
+                if size != codec.nbytes:
+                    raise CorruptChunkError(
+                        f"Corrupt {ctx.where(req.key)}: stored {size} bytes, "
+                        f"expected {codec.nbytes}"
+                    )
+                return True
+        got = store.get(req.key, scratch=ctx.scratch)
+        if got is None:
+            out[req.out_selection] = ctx.fill
+            return False
+        chunk = backend.decode(codec, [DecodeItem(got.data, dest, req.key)], ctx.where)[0]
+        if dest is None:
+            scatter(out, req, chunk, drop_axes)
+        return True
+
+    if batching.size == 1 and batching.parallel:
+        return parallel_map(one, requests, io)
+    results = [False] * len(requests)
+
+    def run(batch: Sequence[int]) -> None:
+        if batching.parallel:
+            gets = [store.get(requests[i].key, size_hint=hint) for i in batch]
+        else:
+            gets = parallel_map(lambda i: store.get(requests[i].key, size_hint=hint), batch, io)
+        items: list[DecodeItem] = []
+        present: list[int] = []
+        for i, got in zip(batch, gets, strict=True):
+            req = requests[i]
+            if got is None:
+                out[req.out_selection] = ctx.fill
+                continue
+            present.append(i)
+            # Batches are of small chunks: decoded into buffers of their own, then scattered.
+            items.append(DecodeItem(got.data, None, req.key))
+        for i, chunk in zip(present, backend.decode(codec, items, ctx.where), strict=True):
+            req = requests[i]
+            selected = chunk[req.chunk_selection]
+            if drop_axes:
+                selected = selected.squeeze(axis=drop_axes)
+            out[req.out_selection] = selected
+            results[i] = True
+
+    threads = ctx.settings.n_threads if batching.parallel else io
+    _run_batches(run, range(len(requests)), batching, threads)
+    return results
+
+
+def read_chunk_groups(
+    ctx: ArrayContext,
+    store: ChunkStore,
+    jobs: Sequence[tuple[Sequence[ChunkRequest], Any]],
+) -> None:
+    """Requests of several selections, each into its own output; each chunk fetched once."""
+    groups: dict[str, list[tuple[ChunkRequest, Any]]] = {}
+    for reqs, out in jobs:
+        for req in reqs:
+            groups.setdefault(req.key, []).append((req, out))
+    codec, backend = ctx.codec, ctx.backend
+
+    def one(key: str) -> None:
+        members = groups[key]
+        if len(members) == 1:
+            req, out = members[0]
+            read_chunks(ctx, store, [req], out)
+            return
+        got = store.get(key, scratch=ctx.scratch)
+        if got is None:
+            for req, out in members:
+                out[req.out_selection] = ctx.fill
+            return
+        chunk = backend.decode(codec, [DecodeItem(got.data, None, key)], ctx.where)[0]
+        for req, out in members:
+            out[req.out_selection] = chunk[req.chunk_selection]
+
+    parallel_map(one, list(groups), io_threads(store, ctx.settings))
+
+
+# ---------------------------------------------------------------------------- shards
+
+
+@dataclass(frozen=True, slots=True)
+class _ShardItem:
+    """One item of a sharded read after phase one (built once, never mutated)."""
+
+    request: ChunkRequest
+    out: Any
+    drop_axes: tuple[int, ...]
+    #: Inner chunk coordinates the selection needs, and their C-order indexes.
+    blocks: list[tuple[int, ...]]
+    flat: list[int]
+    #: The shard's index and stored inner chunks; ``None``: the shard is missing.
+    found: ShardBytes | None = None
+    #: Where the needed inner chunks decode to: the output itself (``in_place``, a whole-shard
+    #: read), else a buffer over their bounding box, whose origin in the shard is ``origin``.
+    dest: Any = None
+    in_place: bool = False
+    origin: tuple[int, ...] = ()
+
+
+def read_shards(
+    ctx: ArrayContext,
+    store: ChunkStore,
+    items: Sequence[Item],
+    coalescing: Coalescing | None = None,
+) -> list[bool]:
+    """Read ``(request, out, drop_axes)`` items of a sharded array; presence per item.
+
+    Items on the same shard (from several selections of a batch) share one fetch: the union
+    of their inner chunks is fetched once, then each item is decoded and scattered into its
+    own output.
+    """
+    sh = ctx.sharding
+    assert sh is not None and ctx.shards is not None
+    groups: dict[str, list[int]] = {}
+    for i, (req, _out, _drop) in enumerate(items):
+        groups.setdefault(req.key, []).append(i)
+    results: list[bool] = [False] * len(items)
+    pool = BufferPool()
+    policy = read_policy(store, ctx.settings, coalescing)
+    io = io_threads(store, ctx.settings)
+    n = ctx.settings.n_threads
+    backend = ctx.backend
+    for wave in waves(list(groups), ctx.per_wave(ctx.codec.nbytes)):
+
+        def fetch(key: str) -> list[tuple[int, _ShardItem]]:
+            return _fetch_group(ctx, store, key, [(i, *items[i]) for i in groups[key]], pool,
+                                policy)
+
+        reads = [pair for group in parallel_map(fetch, wave, io) for pair in group]
+        tasks: list[tuple[_ShardItem, tuple[int, ...], Any]] = []
+        for _i, r in reads:
+            if r.found is None:
+                continue
+            sources = r.found.sources
+            for b, flat in zip(r.blocks, r.flat, strict=True):
+                src = sources.get(flat)
+                if src is None:
+                    r.dest[_inner_region(sh.chunk_shape, r.origin, b)] = ctx.fill
+                else:
+                    tasks.append((r, b, src))
+        batching = backend.batching(sh.inner, len(tasks), remote=policy.remote, op="decode")
+
+        def decode(batch: Sequence[tuple[_ShardItem, tuple[int, ...], Any]]) -> None:
+            decode_items = [
+                DecodeItem(
+                    src, r.dest[_inner_region(sh.chunk_shape, r.origin, b)], r.request.key, b
+                )
+                for r, b, src in batch
+            ]
+            backend.decode(sh.inner, decode_items, ctx.where)
+
+        _run_batches(decode, tasks, batching, n if batching.parallel else io)
+
+        def scatter_item(pair: tuple[int, _ShardItem]) -> None:
+            results[pair[0]] = _scatter_shard(ctx, pair[1])
+
+        parallel_map(scatter_item, reads, n)
+        pool.release()
+    return results
+
+
+def _fetch_group(
+    ctx: ArrayContext,
+    store: ChunkStore,
+    key: str,
+    members: list[tuple[int, ChunkRequest, Any, tuple[int, ...]]],
+    pool: BufferPool,
+    policy: ReadPolicy,
+) -> list[tuple[int, _ShardItem]]:
+    """Phase one for the items of one shard: fetch the union of their inner chunks once."""
+    sh = ctx.sharding
+    assert sh is not None and ctx.shards is not None
+    shard_shape = ctx.codec.shape
+    planned: list[tuple[int, ChunkRequest, Any, tuple[int, ...], list[Any], list[int], Any]] = []
+    union: set[int] = set()
+    cps = sh.chunks_per_shard
+    for i, req, out, drop_axes in members:
+        per_dim = needed_blocks(req.chunk_selection, sh.chunk_shape, shard_shape)
+        blocks = list(iter_blocks(per_dim))
+        flat = [int(np.ravel_multi_index(b, cps)) for b in blocks]
+        planned.append((i, req, out, drop_axes, blocks, flat, per_dim))
+        union.update(flat)
+    found = None
+    if union:
+        try:
+            found = ctx.shards.fetch(store, key, sorted(union), policy, pool)
+        except CorruptChunkError as exc:
+            raise CorruptChunkError(f"Corrupt {ctx.shard_where(key)}: {exc}") from exc
+    reads: list[tuple[int, _ShardItem]] = []
+    for i, req, out, drop_axes, blocks, flat, per_dim in planned:
+        item = _ShardItem(req, out, drop_axes, blocks, flat)
+        if found is None or not blocks:
+            reads.append((i, item))
+            continue
+        reads.append((i, _with_dest(ctx, item, found, per_dim)))
+    return reads
+
+
+def _with_dest(
+    ctx: ArrayContext, r: _ShardItem, found: ShardBytes, per_dim: list[npt.NDArray[np.intp]]
+) -> _ShardItem:
+    """``r`` with the fetched shard and a destination for its inner chunks.
+
+    The output itself for a whole-shard box read, else a buffer over the bounding box of the
+    needed inner chunks.
+    """
+    sh = ctx.sharding
+    assert sh is not None
+    shape = ctx.codec.shape
+    view = whole_view(r.out, r.request, shape, r.drop_axes)
+    if view is not None:
+        return replace(r, found=found, dest=view, in_place=True, origin=(0,) * len(shape))
+    lo = tuple(int(d[0]) * c for d, c in zip(per_dim, sh.chunk_shape, strict=True))
+    hi = tuple((int(d[-1]) + 1) * c for d, c in zip(per_dim, sh.chunk_shape, strict=True))
+    box = ctx.backend.empty(tuple(b - a for a, b in zip(lo, hi, strict=True)), ctx.codec.dtype)
+    return replace(r, found=found, dest=box, origin=lo)
+
+
+def _inner_region(
+    chunk_shape: tuple[int, ...], origin: tuple[int, ...], block: tuple[int, ...]
+) -> tuple[slice, ...]:
+    """Where inner chunk ``block`` lies in a destination whose origin is ``origin``."""
+    return tuple(
+        slice(b * c - o, (b + 1) * c - o)
+        for b, c, o in zip(block, chunk_shape, origin, strict=True)
+    )
+
+
+def _scatter_shard(ctx: ArrayContext, r: _ShardItem) -> bool:
+    req = r.request
+    if r.found is None:
+        r.out[req.out_selection] = ctx.fill
+        return False
+    if r.in_place:
+        return True
+    selected = r.dest[rebase(req.chunk_selection, r.origin, r.dest.shape)]
+    if r.drop_axes:
+        selected = selected.squeeze(axis=r.drop_axes)
+    r.out[req.out_selection] = selected
+    return True

@@ -1,0 +1,339 @@
+"""The write loops: merge -> encode -> store, for any backend.
+
+Chunks (unsharded arrays). A chunk the write covers whole is taken from the value as is and
+encoded outside any lock; any other is read, decoded, merged (zarr's merge rule) and re-encoded
+under the chunk's write locks (threads of the process; processes too, for local folders), and
+put conditional on the version read where the store has conditional puts. A chunk equal to the
+fill value is deleted instead of written unless ``write_empty_chunks`` (zarr's rule). Work is
+grouped as the backend asks: one chunk per task on the CPU, a wave per batch on the GPU.
+
+Shards, in waves under the wave's shard locks (taken in sorted order): phase one (parallel
+over shards) reads each partially written shard once, decodes only the touched inner chunks
+the write does not fully cover and merges the value (a write covering every cell of a shard
+reads nothing and encodes straight from the value); phase two encodes every touched inner
+chunk of the wave; phase three assembles each shard once, keeping the stored bytes of
+untouched inner chunks, and puts it once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cuzarr.backends.base import DecodeItem
+from cuzarr.backends.cpu import parallel_map
+from cuzarr.codecs.base import Buf
+from cuzarr.engine.context import ArrayContext, waves
+from cuzarr.engine.locks import write_locks
+from cuzarr.engine.requests import ChunkRequest
+from cuzarr.engine.selection import is_full, iter_blocks, needed_blocks, rebase, selection_box
+from cuzarr.errors import CorruptChunkError
+from cuzarr.stores import io_threads
+from cuzarr.stores.base import ChunkStore, GetResult, PutMode
+
+__all__ = ["put_args", "write_chunks", "write_shards"]
+
+
+def put_args(store: ChunkStore, old: GetResult | None) -> tuple[PutMode, str | None]:
+    """How to put an object that a read-modify-write read as ``old`` (``None``: missing).
+
+    Conditional on what was read where the store has conditional puts: a concurrent writer's
+    update is then refused instead of silently lost.
+    """
+    if not store.caps.conditional_put:
+        return PutMode.OVERWRITE, None
+    if old is None:
+        return PutMode.CREATE, None
+    if old.version is None:
+        return PutMode.OVERWRITE, None
+    return PutMode.UPDATE, old.version
+
+
+def _expand(part: Any, ndim: int, drop_axes: tuple[int, ...]) -> Any:
+    """A value part with the axes the selection dropped put back (length 1)."""
+    if not drop_axes:
+        return part
+    return part[tuple(None if i in drop_axes else slice(None) for i in range(ndim))]
+
+
+def merge(
+    ctx: ArrayContext,
+    existing: Any,
+    req: ChunkRequest,
+    value: Any,
+    drop_axes: tuple[int, ...],
+) -> Any:
+    """zarr's merge rule: the existing chunk (or the fill value) with the value written in."""
+    codec, backend = ctx.codec, ctx.backend
+    if existing is None:
+        chunk = backend.full(codec.shape, ctx.fill, codec.dtype)
+    else:
+        chunk = backend.copy(existing, codec.dtype)
+    sel = req.chunk_selection
+    if sel == () or value.ndim == 0:
+        chunk[sel] = value
+    else:
+        chunk[sel] = _expand(value[req.out_selection], len(codec.shape), drop_axes)
+    return chunk
+
+
+# ---------------------------------------------------------------------------- chunks
+
+
+def write_chunks(
+    ctx: ArrayContext,
+    store: ChunkStore,
+    requests: Sequence[ChunkRequest],
+    value: Any,
+    drop_axes: tuple[int, ...],
+    write_empty_chunks: bool,
+) -> None:
+    """Merge ``value`` into the requested chunks of an unsharded array and store them."""
+    codec, backend = ctx.codec, ctx.backend
+    batching = backend.batching(codec, len(requests), remote=store.caps.remote, op="encode")
+    io = io_threads(store, ctx.settings)
+
+    def encode_kept(chunks: Sequence[Any]) -> dict[int, Buf]:
+        """Encoded bytes of the chunks that are not empty, by position (empty: delete)."""
+        keep = [
+            i
+            for i, c in enumerate(chunks)
+            if write_empty_chunks or not backend.all_equal(c, ctx.fill)
+        ]
+        return dict(zip(keep, backend.encode(codec, [chunks[i] for i in keep]), strict=True))
+
+    def put_all(reqs: Sequence[ChunkRequest], blobs: dict[int, Buf], olds: Sequence[Any]) -> None:
+        def put(i: int) -> None:
+            blob = blobs.get(i)
+            if blob is None:
+                store.delete(reqs[i].key)
+                return
+            old = olds[i]
+            mode, version = (PutMode.OVERWRITE, None) if old is _WHOLE else put_args(store, old)
+            store.put(reqs[i].key, blob, mode=mode, version=version)
+
+        _each(put, range(len(reqs)), batching.parallel, io)
+
+    def run(batch: Sequence[ChunkRequest]) -> None:
+        whole = [r for r in batch if _whole_chunk(ctx, r, value)]
+        rest = [r for r in batch if not _whole_chunk(ctx, r, value)]
+        if whole:
+            # Nothing to read: encode outside the lock, store under it.
+            blobs = encode_kept([value[r.out_selection] for r in whole])
+            with write_locks(store, [r.key for r in whole]):
+                put_all(whole, blobs, [_WHOLE] * len(whole))
+        if not rest:
+            return
+        # Read-modify-write under the chunks' locks: concurrent writers in this process (and
+        # on local folders, in other processes) serialize instead of losing updates.
+        with write_locks(store, [r.key for r in rest]):
+
+            def read_old(r: ChunkRequest) -> Any:
+                if r.complete:
+                    return _WHOLE
+                return store.get(r.key, scratch=ctx.scratch, fresh=True)
+
+            olds: list[Any] = _each(read_old, rest, batching.parallel, io)
+            present = [i for i, old in enumerate(olds) if old is not None and old is not _WHOLE]
+            decoded = backend.decode(
+                codec, [DecodeItem(olds[i].data, None, rest[i].key) for i in present], ctx.where
+            )
+            existing: dict[int, Any] = dict(zip(present, decoded, strict=True))
+            chunks = [
+                merge(ctx, existing.get(i), r, value, drop_axes) for i, r in enumerate(rest)
+            ]
+            put_all(rest, encode_kept(chunks), olds)
+
+    if batching.size == 1 and batching.parallel:
+        parallel_map(lambda r: run((r,)), requests, io)
+        return
+    for batch in waves(requests, batching.size):
+        run(batch)
+
+
+#: Marks a chunk the write covered whole (written without reading it first).
+_WHOLE: Any = object()
+
+
+def _whole_chunk(ctx: ArrayContext, req: ChunkRequest, value: Any) -> bool:
+    return (
+        req.complete
+        and value.ndim != 0
+        and value[req.out_selection].shape == ctx.codec.shape
+    )
+
+
+def _each[T, R](fn: Any, items: Sequence[T], parallel: bool, threads: int) -> list[R]:
+    """``fn`` over ``items``: in the calling task (parallel batches), else on the I/O threads."""
+    if parallel:
+        return [fn(x) for x in items]
+    return parallel_map(fn, items, threads)
+
+
+# ---------------------------------------------------------------------------- shards
+
+
+@dataclass(frozen=True, slots=True)
+class _ShardWrite:
+    """One shard being rewritten: where the new values of its touched inner chunks are."""
+
+    key: str
+    #: Array holding the new values of the touched inner chunks (the caller's value, or a
+    #: merge buffer over their bounding box).
+    src: Any
+    #: (C-order inner chunk index, region of ``src``) of every touched inner chunk.
+    touched: list[tuple[int, tuple[slice, ...]]]
+    #: Encoded inner chunks of the new shard: kept ones, then replaced ones (phase two fills
+    #: in the touched ones; ``None`` leaves an empty inner chunk out).
+    stored: dict[int, Buf] = field(default_factory=dict)
+    #: Whether the shard was read (a read-modify-write), and what was read (``None``: missing).
+    read: bool = False
+    old: GetResult | None = None
+
+
+def write_shards(
+    ctx: ArrayContext,
+    store: ChunkStore,
+    requests: Sequence[ChunkRequest],
+    value: Any,
+    drop_axes: tuple[int, ...],
+    write_empty_chunks: bool,
+) -> None:
+    """Rewrite each touched shard once, in waves bounded by ``max_bytes_in_flight``."""
+    sh = ctx.sharding
+    assert sh is not None
+    backend = ctx.backend
+    n = io_threads(store, ctx.settings)
+    for wave in waves(requests, ctx.per_wave(ctx.codec.nbytes)):
+        try:
+            with write_locks(store, [r.key for r in wave]):
+                plans = [
+                    p
+                    for p in parallel_map(
+                        lambda r: _plan_shard(ctx, store, r, value, drop_axes), wave, n
+                    )
+                    if p is not None
+                ]
+                tasks = [(w, i, region) for w in plans for i, region in w.touched]
+                batching = backend.batching(
+                    sh.inner, len(tasks), remote=store.caps.remote, op="encode"
+                )
+
+                def encode(batch: Sequence[tuple[_ShardWrite, int, tuple[slice, ...]]]) -> None:
+                    chunks = [w.src[region] for w, _i, region in batch]
+                    keep = [
+                        j
+                        for j, c in enumerate(chunks)
+                        if write_empty_chunks or not backend.all_equal(c, ctx.fill)
+                    ]
+                    blobs = backend.encode(sh.inner, [chunks[j] for j in keep])
+                    encoded = dict(zip(keep, blobs, strict=True))
+                    for j, (w, i, _region) in enumerate(batch):
+                        blob = encoded.get(j)
+                        if blob is None:
+                            w.stored.pop(i, None)
+                        else:
+                            w.stored[i] = blob
+
+                if batching.size == 1 and batching.parallel:
+                    parallel_map(lambda t: encode((t,)), tasks, n)
+                else:
+                    for batch in waves(tasks, batching.size):
+                        encode(batch)
+
+                def put(w: _ShardWrite) -> None:
+                    blob = sh.assemble(w.stored)
+                    if blob is None:
+                        store.delete(w.key)
+                        return
+                    mode, version = put_args(store, w.old) if w.read else (
+                        PutMode.OVERWRITE, None,
+                    )
+                    store.put(w.key, blob, mode=mode, version=version)
+
+                parallel_map(put, plans, n)
+        finally:
+            if ctx.shards is not None:
+                for req in wave:
+                    ctx.shards.forget(req.key)
+
+
+def _plan_shard(
+    ctx: ArrayContext,
+    store: ChunkStore,
+    req: ChunkRequest,
+    value: Any,
+    drop_axes: tuple[int, ...],
+) -> _ShardWrite | None:
+    """Read the inner chunks a write keeps and gather the new values of those it touches."""
+    sh = ctx.sharding
+    assert sh is not None
+    shard_shape = ctx.codec.shape
+    inner_shape = sh.chunk_shape
+    per_dim = needed_blocks(req.chunk_selection, inner_shape, shard_shape)
+    blocks = list(iter_blocks(per_dim))
+    if not blocks:
+        return None
+    flat = [int(np.ravel_multi_index(b, sh.chunks_per_shard)) for b in blocks]
+    # Only a write covering every cell of the shard replaces it without reading it. A request
+    # zarr calls complete covers the shard's cells inside the array, but a shard at the array's
+    # edge (or kept by a shrinking resize) may hold cells beyond the shape that zarr keeps:
+    # those must survive, as in zarr's sharding codec.
+    whole = len(blocks) == sh.n_inner and is_full(req.chunk_selection, shard_shape)
+    if whole and value.ndim != 0 and not drop_axes:
+        # The whole shard comes from the value: encode straight from its views.
+        src = value[req.out_selection]
+        if src.shape == shard_shape:
+            touched = [
+                (i, tuple(slice(x * c, (x + 1) * c) for x, c in zip(b, inner_shape, strict=True)))
+                for i, b in zip(flat, blocks, strict=True)
+            ]
+            return _ShardWrite(key=req.key, src=src, touched=touched)
+    old: dict[int, Buf] = {}
+    got: GetResult | None = None
+    if not whole:
+        got = store.get(req.key, fresh=True)
+        if got is not None:
+            try:
+                u8, table = sh.split(got.data)
+            except CorruptChunkError as exc:
+                raise CorruptChunkError(f"Corrupt {ctx.shard_where(req.key)}: {exc}") from exc
+            old = dict(sh.inner_sources(u8, table, range(sh.n_inner)))
+    # Decode the touched inner chunks that the write does not fully cover into a buffer over
+    # the bounding box of the touched inner chunks, then write the value into it.
+    lo = tuple(int(d[0]) * c for d, c in zip(per_dim, inner_shape, strict=True))
+    hi = tuple((int(d[-1]) + 1) * c for d, c in zip(per_dim, inner_shape, strict=True))
+    box = selection_box(req.chunk_selection, shard_shape)
+    backend = ctx.backend
+    buf = backend.empty(tuple(b - a for a, b in zip(lo, hi, strict=True)), ctx.codec.dtype)
+    touched = []
+    kept: list[DecodeItem] = []
+    for i, b in zip(flat, blocks, strict=True):
+        region = tuple(
+            slice(x * c - o, (x + 1) * c - o) for x, c, o in zip(b, inner_shape, lo, strict=True)
+        )
+        touched.append((i, region))
+        covered = box is not None and all(
+            s <= x * c and (x + 1) * c <= e
+            for (s, e), x, c in zip(box, b, inner_shape, strict=True)
+        )
+        if covered:
+            continue
+        stored = old.get(i)
+        if stored is None:
+            buf[region] = ctx.fill
+        else:
+            kept.append(DecodeItem(stored, buf[region], req.key, b))
+    if kept:
+        backend.decode(sh.inner, kept, ctx.where)
+    sel = rebase(req.chunk_selection, lo, buf.shape)
+    if value.ndim == 0:
+        buf[sel] = value
+    else:
+        buf[sel] = _expand(value[req.out_selection], len(shard_shape), drop_axes)
+    return _ShardWrite(
+        key=req.key, src=buf, touched=touched, stored=old, read=not whole, old=got
+    )
