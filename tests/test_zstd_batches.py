@@ -151,3 +151,15 @@ def test_sharded_inner_chunks_decode_in_batches(
     shard.write_bytes(bytes(raw))
     with pytest.raises(CorruptChunkError, match=r"c/1/0/0.*inner chunk"):
         cuzarr.open(path)[20:40, :, :]
+
+
+def test_local_get_many_reads_small_files_whole_and_missing_as_none(tmp_path: Path) -> None:
+    from cuzarr.stores.local import LocalChunkStore
+
+    (tmp_path / "a").write_bytes(b"x" * 10)
+    (tmp_path / "big").write_bytes(b"y" * 100)
+    store = LocalChunkStore(tmp_path)
+    got = store.get_many(["a", "nope", "big"], size_hint=10)
+    assert [None if g is None else bytes(g) for g in got] == [b"x" * 10, None, b"y" * 100]
+    whole = store.get_many(["big"])[0]
+    assert whole is not None and bytes(whole) == b"y" * 100

@@ -154,6 +154,16 @@ class CpuBackend:
 
     def __init__(self) -> None:
         self._scratch = _ChunkScratch()
+        #: id(codec) -> (codec, batched small zstd?, frame bound, decoded size): chains are
+        #: immutable, and these are asked once per batch of the hot small-chunk path.
+        self._zstd: dict[int, tuple[Codec, bool, int | None, int]] = {}
+
+    def _zstd_params(self, codec: Codec) -> tuple[Codec, bool, int | None, int]:
+        got = self._zstd.get(id(codec))
+        if got is None or got[0] is not codec:
+            got = (codec, _small_zstd(codec), codec.frame_bound, codec.nbytes)
+            self._zstd[id(codec)] = got
+        return got
 
     # ------------------------------------------------------------------ memory
 
@@ -202,7 +212,7 @@ class CpuBackend:
         self, codec: Codec, items: Sequence[DecodeItem], name: Namer
     ) -> list[npt.NDArray[Any]]:
         """Decode into each destination (or a scratch chunk); small zstd chunks in one call."""
-        if len(items) > 1 and _small_zstd(codec):
+        if len(items) > 1 and self._zstd_params(codec)[1]:
             batched = self._decode_zstd_batch(codec, items)
             if batched is not None:
                 return batched
@@ -245,20 +255,24 @@ class CpuBackend:
         Any frame longer than a well-formed one, or a batch that fails (a bad frame, or a
         valid chunk of several frames), goes back to one by one, which names the culprit.
         """
-        bound = codec.frame_bound
-        frames: list[Buf] = [item.raw for item in items]
-        if bound is not None and any(memoryview(f).nbytes > bound for f in frames):
+        _codec, _small, bound, nbytes = self._zstd_params(codec)
+        frames: list[Buf] = [item[0] for item in items]
+        if bound is not None and any(
+            (len(f) if type(f) is bytes else memoryview(f).nbytes) > bound for f in frames
+        ):
             return None
         try:
-            decoded = zstd_decode_many(frames, codec.nbytes)
+            decoded = zstd_decode_many(frames, nbytes)
         except CorruptChunkError:
             return None
         out: list[npt.NDArray[Any]] = []
+        dtype, shape = codec.dtype, codec.shape
         for j, item in enumerate(items):
-            chunk = np.frombuffer(decoded[j], codec.dtype).reshape(codec.shape)
-            if item.dest is not None:
-                item.dest[...] = chunk
-                chunk = item.dest
+            chunk = np.frombuffer(decoded[j], dtype).reshape(shape)
+            dest = item[1]
+            if dest is not None:
+                dest[...] = chunk
+                chunk = dest
             out.append(chunk)
         # Each view keeps its segment, and each segment the buffer it lies in, alive.
         return out

@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from cuzarr.backends.base import Batching, DecodeItem
 from cuzarr.backends.cpu import parallel_map
+from cuzarr.codecs.base import Buf
 from cuzarr.codecs.sharding.reader import ShardBytes
 from cuzarr.engine.context import ArrayContext, waves
 from cuzarr.engine.requests import ChunkRequest
@@ -121,21 +122,26 @@ def read_chunks(
         return parallel_map(one, requests, io)
     results = [False] * len(requests)
 
+    item = DecodeItem._make
+
+    def get_one(i: int) -> Buf | None:
+        got = store.get(requests[i].key)
+        return None if got is None else got.data
+
     def run(batch: Sequence[int]) -> None:
         if batching.parallel:
-            gets = [store.get(requests[i].key, size_hint=hint) for i in batch]
+            raws = store.get_many([requests[i].key for i in batch], hint)
         else:
-            gets = parallel_map(lambda i: store.get(requests[i].key, size_hint=hint), batch, io)
+            raws = parallel_map(get_one, batch, io)
         items: list[DecodeItem] = []
         present: list[int] = []
-        for i, got in zip(batch, gets, strict=True):
-            req = requests[i]
-            if got is None:
-                out[req.out_selection] = ctx.fill
+        for i, raw in zip(batch, raws, strict=True):
+            if raw is None:
+                out[requests[i].out_selection] = ctx.fill
                 continue
             present.append(i)
             # Batches are of small chunks: decoded into buffers of their own, then scattered.
-            items.append(DecodeItem(got.data, None, req.key))
+            items.append(item((raw, None, requests[i].key, None)))
         for i, chunk in zip(present, backend.decode(codec, items, ctx.where), strict=True):
             req = requests[i]
             selected = chunk[req.chunk_selection]

@@ -286,6 +286,14 @@ class ChunkStore(Protocol):
         """
         ...
 
+    def get_many(self, keys: Sequence[str], size_hint: int | None = None) -> list[Buf | None]:
+        """Whole objects (``None`` for missing ones), read one after another in this thread.
+
+        For batches of small objects: stores with :attr:`StoreCaps.small_reads` read each in
+        one call when it is at most ``size_hint`` bytes (the result is whole either way).
+        """
+        ...
+
     def open_object(self, key: str) -> ObjectReader | None:
         """Open one version of an object (:attr:`StoreCaps.open_object`); ``None`` if missing."""
         ...
@@ -358,6 +366,14 @@ class BaseChunkStore:
             if got is None:
                 return None
             out.append(got.data)
+        return out
+
+    def get_many(self, keys: Sequence[str], size_hint: int | None = None) -> list[Buf | None]:
+        """One :meth:`get` per key."""
+        out: list[Buf | None] = []
+        for key in keys:
+            got = self.get(key, size_hint=size_hint)
+            out.append(None if got is None else got.data)
         return out
 
     def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
