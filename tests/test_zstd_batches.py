@@ -163,3 +163,28 @@ def test_local_get_many_reads_small_files_whole_and_missing_as_none(tmp_path: Pa
     assert [None if g is None else bytes(g) for g in got] == [b"x" * 10, None, b"y" * 100]
     whole = store.get_many(["big"])[0]
     assert whole is not None and bytes(whole) == b"y" * 100
+
+
+def test_empty_batches_decode_to_nothing() -> None:
+    """Zero frames are an empty result (python-zstandard itself dies of SIGFPE on them)."""
+    from cuzarr.backends.cpu import CpuBackend
+    from cuzarr.codecs.build import build_chunk_codec
+    from cuzarr.codecs.numcodecs_ import zstd_decode_many
+    from cuzarr.metadata import parse_v3
+
+    assert list(zstd_decode_many([], 160)) == []
+    doc = {
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": [20],
+        "data_type": "int64",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [20]}},
+        "chunk_key_encoding": {"name": "default"},
+        "fill_value": 0,
+        "codecs": [
+            {"name": "bytes", "configuration": {"endian": "little"}},
+            {"name": "zstd", "configuration": {"level": 5, "checksum": True}},
+        ],
+    }
+    codec = build_chunk_codec(parse_v3(doc, path="a"))
+    assert CpuBackend().decode(codec, [], lambda key, inner: key) == []

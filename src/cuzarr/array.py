@@ -254,13 +254,7 @@ class Array(ArraySelections):
             if plan.scalar:
                 scalars.append((i, buf))
         if jobs:
-            batch = getattr(self._engine, "read_batch", None)
-            store = self._chunk_store()
-            if batch is not None:
-                batch(store, jobs)
-            else:
-                for requests, target in jobs:
-                    self._engine.read(store, requests, target)
+            self._engine.read_batch(self._chunk_store(), jobs)
         for i, buf in scalars:
             results[i] = buf[()]
         for i in later:

@@ -191,14 +191,14 @@ class CpuBackend:
         Batched reads are for local stores only: remote stores are bound by requests in
         flight, not by the GIL. Encodes go one per task (zstd has no batched encoder).
         """
-        small = n >= 2 * ZSTD_BATCH and _small_zstd(codec)
+        small = n >= 2 * ZSTD_BATCH and self._zstd_params(codec)[1]
         if op != "encode" and small and not (op == "read" and remote):
             return Batching(size=ZSTD_BATCH, parallel=True)
         return EACH
 
     def size_hint(self, codec: Codec) -> int | None:
         """The largest well-formed stored chunk, for one-frame zstd chains."""
-        return codec.frame_bound
+        return self._zstd_params(codec)[2]
 
     def read_direct(self, store: ChunkStore, key: str, codec: Codec, dest: Any) -> int | None:
         """Uncompressed chunks into a contiguous host destination: one read, no copy."""
@@ -212,7 +212,9 @@ class CpuBackend:
         self, codec: Codec, items: Sequence[DecodeItem], name: Namer
     ) -> list[npt.NDArray[Any]]:
         """Decode into each destination (or a scratch chunk); small zstd chunks in one call."""
-        if len(items) > 1 and self._zstd_params(codec)[1]:
+        if len(items) <= 1:
+            return [self._decode_one(codec, item, True, name) for item in items]
+        if self._zstd_params(codec)[1]:
             batched = self._decode_zstd_batch(codec, items)
             if batched is not None:
                 return batched

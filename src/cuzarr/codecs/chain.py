@@ -48,6 +48,22 @@ class ChunkCodec:
     array_bytes: ArrayToBytes
     bytes_codecs: tuple[BytesToBytes, ...]
     _stages: tuple[tuple[tuple[int, ...], np.dtype[Any]], ...] = field(default=(), repr=False)
+    #: ``(nbytes, direct, raw, zstd_frames)``, computed once: the per-chunk hot path asks.
+    _flags: tuple[int, bool, bool, bool] = field(
+        init=False, repr=False, compare=False, default=(0, False, False, False)
+    )
+
+    def __post_init__(self) -> None:
+        ab = self.array_bytes
+        direct = not self.array_codecs and isinstance(ab, BytesCodec) and ab.is_native(self.dtype)
+        zstd = (
+            direct
+            and len(self.bytes_codecs) == 1
+            and isinstance(self.bytes_codecs[0], NumcodecsBytesCodec)
+            and self.bytes_codecs[0].stream_format == "zstd"
+        )
+        nbytes = math.prod(self.shape) * self.dtype.itemsize
+        object.__setattr__(self, "_flags", (nbytes, direct, direct and not self.bytes_codecs, zstd))
 
     @classmethod
     def compile(
@@ -67,28 +83,22 @@ class ChunkCodec:
     @property
     def nbytes(self) -> int:
         """Decoded size of a chunk in bytes."""
-        return math.prod(self.shape) * self.dtype.itemsize
+        return self._flags[0]
 
     @property
     def direct(self) -> bool:
         """Whether stored bytes, once decompressed, are the chunk's C-order memory."""
-        ab = self.array_bytes
-        return not self.array_codecs and isinstance(ab, BytesCodec) and ab.is_native(self.dtype)
+        return self._flags[1]
 
     @property
     def raw(self) -> bool:
         """Whether stored bytes are exactly the chunk's C-order memory (no codec work)."""
-        return self.direct and not self.bytes_codecs
+        return self._flags[2]
 
     @property
     def zstd_frames(self) -> bool:
         """Whether stored bytes are one zstd frame of the chunk's C-order memory, nothing else."""
-        return (
-            self.direct
-            and len(self.bytes_codecs) == 1
-            and isinstance(self.bytes_codecs[0], NumcodecsBytesCodec)
-            and self.bytes_codecs[0].stream_format == "zstd"
-        )
+        return self._flags[3]
 
     @property
     def frame_bound(self) -> int | None:

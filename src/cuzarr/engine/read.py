@@ -90,14 +90,11 @@ def read_chunks(
 ) -> list[bool]:
     """Read requests of an unsharded array into ``out``; per request, whether it was present."""
     codec, backend = ctx.codec, ctx.backend
-    remote = store.caps.remote
-    batching = backend.batching(codec, len(requests), remote=remote, op="read")
-    io = io_threads(store, ctx.settings)
-    hint = backend.size_hint(codec) if store.caps.small_reads else None
+    raw, shape = codec.raw, codec.shape
 
     def one(req: ChunkRequest) -> bool:
-        dest = whole_view(out, req, codec.shape, drop_axes)
-        if dest is not None:
+        dest = whole_view(out, req, shape, drop_axes)
+        if dest is not None and raw:
             size = backend.read_direct(store, req.key, codec, dest)
             if size is None:
                 dest[...] = ctx.fill
@@ -118,9 +115,14 @@ def read_chunks(
             scatter(out, req, chunk, drop_axes)
         return True
 
+    if len(requests) == 1:  # chunk by chunk reads: no planning of batches
+        return [one(requests[0])]
+    batching = backend.batching(codec, len(requests), remote=store.caps.remote, op="read")
+    io = io_threads(store, ctx.settings)
     if batching.size == 1 and batching.parallel:
         return parallel_map(one, requests, io)
     results = [False] * len(requests)
+    hint = backend.size_hint(codec) if store.caps.small_reads else None
 
     item = DecodeItem._make
 

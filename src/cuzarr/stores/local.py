@@ -167,7 +167,7 @@ class LocalChunkStore(BaseChunkStore):
                 start, n = byte_range.start, max(0, min(byte_range.length, size - byte_range.start))
             buf = scratch.get(n) if scratch is not None else np.empty(n, np.uint8)
             got = _pread_exact(fd, memoryview(buf), start)
-            return GetResult(buf[:got], size)
+            return _result((buf[:got], size, None))
         finally:
             os.close(fd)
 
