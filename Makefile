@@ -1,7 +1,7 @@
 # The README's two commands: `make bench` (the main job) and `make test` (the test suite:
 # cuzarr's own tests, then zarr-python's suite with cuzarr's pipeline against zarr's own).
 # Each first runs scripts/bootstrap.sh, which creates .venv (Python >= 3.12) when needed.
-.PHONY: bench test unit zarr-suite lint venv
+.PHONY: bench test unit gpu-sim gpu-api-facts zarr-suite lint venv
 
 VENV := .venv/bin
 
@@ -11,10 +11,25 @@ venv:
 bench: venv
 	$(VENV)/cuzarr bench $(ARGS)
 
-test: unit zarr-suite
+test: unit gpu-sim zarr-suite
 
 unit: venv
 	$(VENV)/python -m pytest -q $(ARGS)
+
+# The GPU backend on the strict device simulator (tests/gpu_sim): tests/gpu and the host-side
+# GPU tests with line coverage of cuzarr.gpu (the floor only ever goes up).
+gpu-sim: venv
+	$(VENV)/python -m pytest -q tests/gpu tests/test_gpu_prep.py tests/test_gpu_sim_api.py \
+		--gpu-sim --cov=cuzarr.gpu --cov-report=term-missing --cov-fail-under=92 $(ARGS)
+
+# Refresh tests/gpu_sim/api_facts.json from the real nvCOMP, kvikio and CuPy wheels (they
+# import without a GPU) in .gpu-api/, then check the simulator against it.
+gpu-api-facts: venv
+	test -x .gpu-api/bin/python || $(VENV)/python -m venv .gpu-api
+	.gpu-api/bin/pip install -q numpy "nvidia-nvcomp-cu13==6.0.0.12" "cupy-cuda13x==14.2.0" \
+		"kvikio-cu13==26.10.0"
+	.gpu-api/bin/python tests/gpu_sim/api_facts.py > tests/gpu_sim/api_facts.json
+	CUZARR_GPU_API_PYTHON=.gpu-api/bin/python $(VENV)/python -m pytest -q tests/test_gpu_sim_api.py
 
 zarr-suite: venv
 	$(VENV)/python scripts/zarr_suite.py

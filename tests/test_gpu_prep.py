@@ -595,6 +595,36 @@ def test_kernel_sources_compile_as_cpp():
         assert f'extern "C" __global__ void {name}(' in SOURCE
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_kernel_sources_compile_with_nvcc(tmp_path, arch):
+    """nvcc compiles the kernels to a cubin, every warning an error, and exports each by name."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc (the CUDA toolkit) is not on PATH")
+    from cuzarr.gpu.kernels import KERNEL_NAMES, SOURCE
+
+    src = tmp_path / "kernels.cu"
+    src.write_text(SOURCE)
+    cubin = tmp_path / f"kernels-{arch}.cubin"
+    proc = subprocess.run(
+        [nvcc, "-cubin", f"-arch={arch}", "--std=c++14", "-Werror", "all-warnings",
+         "-o", str(cubin), str(src)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert cubin.stat().st_size > 0
+    cuobjdump = shutil.which("cuobjdump")
+    if cuobjdump is not None:
+        listing = subprocess.run(
+            [cuobjdump, "-symbols", str(cubin)], capture_output=True, text=True, check=True
+        ).stdout
+        for name in KERNEL_NAMES:
+            assert name in listing, f"{name} missing from the {arch} cubin"
+
+
 # ---------------------------------------------------------------- devices and imports
 
 GPU_MODULES = ("cupy", "nvidia.nvcomp", "kvikio", "cuzarr.gpu.backend", "cuzarr.gpu.device")

@@ -192,25 +192,66 @@ def _native() -> Any:
     return res
 
 
-@probe("size-sync")
+@probe("sync-free-config")
 def _sync() -> Any:
-    """Does decode block the host (a size query) or return before the stream finishes?"""
+    """[sync-free-config] A config built from sizes decodes CPU-written RAW streams, unsynced?"""
     encs = [numcodecs.Zstd(level=3).encode(PAYLOAD) for _ in range(64)]
-    ins = [nvcomp.as_array(dev(e)) for e in encs]
+    ins = nvcomp.as_arrays([nvcomp.as_array(dev(e)) for e in encs])
     codec = raw_codec("Zstd")
-    codec.decode(ins)
-    cp.cuda.Device().synchronize()
-    t0 = time.perf_counter()
-    outs = codec.decode(ins)
-    t_call = time.perf_counter() - t0
-    cp.cuda.Device().synchronize()
-    t_sync = time.perf_counter() - t0
+    res: dict[str, Any] = {}
+    for label, config in (
+        ("no_config", None),
+        ("from_sizes", codec.decompression_config(codec.compression_config([len(PAYLOAD)] * 64))),
+    ):
+        codec.decode(ins, decompression_config=config)
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        outs = codec.decode(ins, decompression_config=config)
+        t_call = time.perf_counter() - t0
+        cp.cuda.Device().synchronize()
+        t_sync = time.perf_counter() - t0
+        res[label] = {
+            "call_s": round(t_call, 5),
+            "call_plus_sync_s": round(t_sync, 5),
+            "returns_before_done": t_call < 0.5 * t_sync,
+            "equal": all(decoded_bytes(outs[i]) == PAYLOAD for i in range(len(outs))),
+        }
+    return res
+
+
+@probe("decode-out-sizes")
+def _out_sizes() -> Any:
+    """[decode-out-sizes] With out= (cuzarr's buffers), does buffer_sizes give decoded sizes?"""
+    from cuzarr.gpu.device import decode_batch, upload
+
+    parts = [PAYLOAD[: 1000 * (i + 1)] for i in range(4)]
+    encs = [numcodecs.Zstd(level=3).encode(p) for p in parts]
+    src, offsets, sizes = upload(encs)
+    codec = raw_codec("Zstd")
+    cap = [len(PAYLOAD)] * 4
+    out = cp.empty(4 * len(PAYLOAD), cp.uint8)
+    outs = nvcomp.as_arrays(out, [i * len(PAYLOAD) for i in range(4)], cap)
+    got = codec.decode(nvcomp.as_arrays(src, offsets, sizes), out=outs).buffer_sizes
+    buf, starts = decode_batch("Zstd", src, offsets, sizes, [len(p) for p in parts])
+    ok = [bytes(cp.asnumpy(buf[s : s + len(p)])) == p for s, p in zip(starts, parts, strict=True)]
+    return {"want": [len(p) for p in parts], "buffer_sizes": list(got), "decode_batch_equal": ok}
+
+
+@probe("alignment")
+def _alignment() -> Any:
+    """Required buffer alignment per algorithm (cuzarr aligns every buffer to 16 bytes)."""
     return {
-        "call_s": round(t_call, 5),
-        "call_plus_sync_s": round(t_sync, 5),
-        "returns_before_done": t_call < 0.5 * t_sync,
-        "n": len(outs),
+        algo: raw_codec(algo).get_required_decompression_alignment()
+        for algo in ("Zstd", "LZ4", "Deflate", "Gzip", "Snappy")
     }
+
+
+@probe("gzip-name")
+def _gzip() -> Any:
+    """Is "Gzip" an algorithm name, decoding whole gzip members?"""
+    enc = bytes(numcodecs.GZip(level=5).encode(PAYLOAD))
+    out = raw_codec("Gzip").decode(nvcomp.as_array(dev(enc)))
+    return {"equal": decoded_bytes(out) == PAYLOAD}
 
 
 @probe("kvikio")
@@ -232,7 +273,7 @@ def _kvikio() -> Any:
 
 @probe("kernels")
 def _kernels() -> Any:
-    from cuzarr.gpu import backend, plan
+    from cuzarr.gpu import device, plan
 
     rng = np.random.default_rng(1)
     res = {}
@@ -248,12 +289,12 @@ def _kernels() -> Any:
             table = np.stack([offs, offs, sizes, np.full(len(sizes), ts)], axis=1).astype(np.int64)
             d_src = cp.asarray(src)
             d_dst = cp.empty_like(d_src)
-            backend._table_launch(name, d_src, d_dst, table, sizes.copy())
+            device._table_launch(name, d_src, d_dst, table, sizes.copy())
             want = np.concatenate([ref(b, ts) for b in blocks])
             res[f"{name}_{ts}"] = bool((cp.asnumpy(d_dst) == want).all())
         x = rng.integers(0, 256, 4096, dtype=np.uint8)
         res[f"byteswap_{ts}"] = bool(
-            (cp.asnumpy(backend.byteswap(cp.asarray(x), ts)) == plan.byteswap(x, ts)).all()
+            (cp.asnumpy(device.byteswap(cp.asarray(x), ts)) == plan.byteswap(x, ts)).all()
         )
     return res
 

@@ -8,6 +8,7 @@ zarr-python says they mean. Anything here may need updating when the pinned zarr
 from __future__ import annotations
 
 import base64
+import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -219,6 +220,16 @@ def as_numpy(buffer: Any) -> Any:
     """The NumPy array behind a zarr ``NDBuffer``, or ``None`` for device buffers."""
     arr = buffer.as_ndarray_like()
     return arr if isinstance(arr, np.ndarray) else None
+
+
+def as_device_array(buffer: Any) -> Any:
+    """The CuPy array behind a zarr GPU ``NDBuffer``, or ``None``.
+
+    CuPy is looked up in ``sys.modules`` only: a CuPy array exists only if CuPy was imported.
+    """
+    cupy = sys.modules.get("cupy")
+    arr = buffer.as_ndarray_like()
+    return arr if cupy is not None and isinstance(arr, cupy.ndarray) else None
 
 
 def store_and_key(byte_getter: Any) -> tuple[Any, str] | None:

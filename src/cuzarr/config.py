@@ -152,6 +152,11 @@ def _set_settings(settings: Settings | None) -> None:
         _current = settings
 
 
+#: zarr's configuration for GPU buffers (what ``zarr.config.enable_gpu()`` sets), and the defaults.
+_ZARR_GPU_BUFFERS = {"buffer": "zarr.buffer.gpu.Buffer", "ndbuffer": "zarr.buffer.gpu.NDBuffer"}
+_ZARR_CPU_BUFFERS = {"buffer": "zarr.buffer.cpu.Buffer", "ndbuffer": "zarr.buffer.cpu.NDBuffer"}
+
+
 class configure:
     """Route every zarr-python read and write through cuzarr.
 
@@ -161,7 +166,10 @@ class configure:
     Parameters
     ----------
     device : {"auto", "cpu", "gpu"}, optional
-        Where to decode.
+        Where to decode. ``"gpu"`` also switches zarr to its GPU buffers (as
+        ``zarr.config.enable_gpu()`` does), so plain zarr reads return CuPy arrays decoded on
+        the GPU; ``"cpu"`` switches them back if they were. zarr's GPU buffers reach cuzarr's
+        GPU backend whatever ``device`` says.
     strict : bool, optional
         Raise instead of falling back to zarr-python's pipeline.
     threads : int, optional
@@ -200,11 +208,18 @@ class configure:
             raise TypeError(f"configure() got unknown options: {', '.join(sorted(unknown))}")
         self._previous_settings = get_settings()
         self._previous_path = zarr.config.get("codec_pipeline.path")
+        self._previous_buffers = {k: zarr.config.get(k) for k in _ZARR_GPU_BUFFERS}
         new = replace(self._previous_settings, **changes)
         if new.device is Device.GPU:
             require_gpu()
         _set_settings(new)
         zarr.config.set({"codec_pipeline.path": PIPELINE_PATH})
+        if new.device is Device.GPU:
+            # zarr's buffer prototype decides what zarr returns: CuPy arrays, as kvikio's
+            # zarr.config.enable_gpu() does; cuzarr's pipeline then decodes on the GPU.
+            zarr.config.set(_ZARR_GPU_BUFFERS)
+        elif new.device is Device.CPU and self._previous_buffers == _ZARR_GPU_BUFFERS:
+            zarr.config.set(_ZARR_CPU_BUFFERS)
         self.settings = new
 
     def __enter__(self) -> Self:
@@ -218,7 +233,7 @@ class configure:
     ) -> None:
         import zarr
 
-        zarr.config.set({"codec_pipeline.path": self._previous_path})
+        zarr.config.set({"codec_pipeline.path": self._previous_path, **self._previous_buffers})
         _set_settings(self._previous_settings)
 
 

@@ -20,6 +20,7 @@ from zarr.abc.codec import CodecPipeline
 
 from cuzarr import _zarr_compat as compat
 from cuzarr import diagnostics
+from cuzarr.backends.probe import gpu_status
 from cuzarr.codecs.build import build_chunk_codec
 from cuzarr.codecs.chain import ChunkCodec
 from cuzarr.config import Settings, get_settings
@@ -99,6 +100,8 @@ class Pipeline(CodecPipeline):
         self.engine = engine
         self.settings = settings
         self.reason = reason
+        # The same array on the GPU backend, built on the first device (CuPy) buffer.
+        self._gpu_engine: ArrayEngine | None = None
 
     def __repr__(self) -> str:
         state = "engine" if self.engine is not None else f"fallback ({self.reason})"
@@ -199,13 +202,37 @@ class Pipeline(CodecPipeline):
 
     # ------------------------------------------------------------------ reads and writes
 
-    def _route(self, batch: list[BatchInfo], array: Any) -> tuple[Any, list[ChunkRequest]] | str:
-        """Return ``(store, requests)`` for the engine, or the reason to fall back."""
+    def _engine_for(self, buffer: NDBuffer) -> tuple[ArrayEngine, Any] | str:
+        """The engine for a zarr buffer and the array behind it, or the reason to fall back.
+
+        NumPy buffers go to the CPU engine; device buffers (``zarr.config.enable_gpu()``,
+        ``cuzarr.configure(device="gpu")``: CuPy arrays) to the same array on the GPU backend.
+        """
         engine = self.engine
         if engine is None:
             return self.reason or "no engine"
-        if array is None:
-            return "device (GPU) buffers are not handled by the CPU engine yet"
+        host = compat.as_numpy(buffer)
+        if host is not None:
+            return engine, host
+        device = compat.as_device_array(buffer)
+        if device is None:
+            kind = type(buffer.as_ndarray_like()).__name__
+            return f"buffers of {kind} arrays are neither NumPy nor CuPy"
+        if self._gpu_engine is None:
+            status = gpu_status()
+            if status is not None:
+                return f"device (GPU) buffers, but {status}"
+            from cuzarr.gpu.backend import GpuBackend
+
+            self._gpu_engine = ArrayEngine(
+                engine.spec, engine.codec, self.settings, backend=GpuBackend(self.settings)
+            )
+        return self._gpu_engine, device
+
+    def _route(
+        self, batch: list[BatchInfo], engine: ArrayEngine
+    ) -> tuple[Any, list[ChunkRequest]] | str:
+        """Return ``(store, requests)`` for the engine, or the reason to fall back."""
         first = compat.store_and_key(batch[0][0])
         if first is None:
             return f"byte getter {type(batch[0][0]).__name__} is not a StorePath"
@@ -249,14 +276,14 @@ class Pipeline(CodecPipeline):
         batch = list(batch_info)
         if not batch:
             return ()
-        out_array = compat.as_numpy(out)
-        routed = self._route(batch, out_array)
+        picked = self._engine_for(out)
+        routed = picked if isinstance(picked, str) else self._route(batch, picked[0])
         if isinstance(routed, str):
             self._fallback_or_raise(routed, "read")
             return await self.fallback.read(batch, out, drop_axes)
+        assert not isinstance(picked, str)
+        engine, out_array = picked
         store, requests = routed
-        engine = self.engine
-        assert engine is not None
         chunk_store = from_zarr_store(
             store, asyncio.get_running_loop(), concurrency=self.settings.io_concurrency
         )
@@ -282,19 +309,20 @@ class Pipeline(CodecPipeline):
         batch = list(batch_info)
         if not batch:
             return
-        value_array = compat.as_numpy(value)
-        routed = self._route(batch, value_array)
+        picked = self._engine_for(value)
+        routed = picked if isinstance(picked, str) else self._route(batch, picked[0])
         if isinstance(routed, str):
             self._fallback_or_raise(routed, "write")
             await self.fallback.write(batch, value, drop_axes)
             return
+        assert not isinstance(picked, str)
+        engine, value_array = picked
         store, requests = routed
-        assert self.engine is not None
         chunk_store = from_zarr_store(
             store, asyncio.get_running_loop(), concurrency=self.settings.io_concurrency
         )
         await asyncio.to_thread(
-            self.engine.write,
+            engine.write,
             chunk_store,
             requests,
             value_array,

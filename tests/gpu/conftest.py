@@ -1,4 +1,8 @@
-"""The GPU suite: every test here is marked ``gpu`` and skipped where no GPU is usable."""
+"""The GPU suite: every test here is marked ``gpu``.
+
+It runs on a real GPU when one is usable, under the device simulator with ``--gpu-sim``
+(``make gpu-sim``, CI), and is skipped otherwise.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,20 @@ from cuzarr.backends import gpu_status
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     status = gpu_status()
-    skip = pytest.mark.skip(reason=f"no usable GPU: {status}")
+    skip = pytest.mark.skip(reason=f"no usable GPU: {status} (or run with --gpu-sim)")
     for item in items:
         if "tests/gpu/" in item.nodeid.replace("\\", "/") or item.nodeid.startswith("gpu/"):
             item.add_marker(pytest.mark.gpu)
             if status is not None:
                 item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_device_record() -> None:
+    """Each test starts with an empty simulator record (a no-op on a real GPU)."""
+    try:
+        import gpu_sim
+    except ImportError:  # pragma: no cover - tests/ is always on sys.path here
+        return
+    if gpu_sim.installed():
+        gpu_sim.reset()

@@ -131,10 +131,14 @@ def write_chunks(
         # on local folders, in other processes) serialize instead of losing updates.
         with write_locks(store, [r.key for r in rest]):
 
+            # A scratch buffer is reused by the next read on its thread: only a batch of one
+            # chunk (decoded before anything else is read) may read into it.
+            scratch = ctx.scratch if len(rest) == 1 else None
+
             def read_old(r: ChunkRequest) -> Any:
                 if r.complete:
                     return _WHOLE
-                return store.get(r.key, scratch=ctx.scratch, fresh=True)
+                return store.get(r.key, scratch=scratch, fresh=True)
 
             olds: list[Any] = _each(read_old, rest, batching.parallel, io)
             present = [i for i, old in enumerate(olds) if old is not None and old is not _WHOLE]

@@ -59,19 +59,22 @@ class GpuBackend:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._chains: dict[Codec, GpuChain] = {}
+        # Keyed by identity (chains hold numcodecs codecs, which are unhashable); the codec is
+        # kept with its chain so that its id stays unique.
+        self._chains: dict[int, tuple[Codec, GpuChain]] = {}
 
     def chain(self, codec: Codec) -> GpuChain:
         """How ``codec``'s chunks decode on the GPU (classified once per chain)."""
-        chain = self._chains.get(codec)
-        if chain is None:
-            chain = classify_chain(codec)
-            cfg = chain.compressor_config or {}
-            if chain.compressor == "blosc" and cfg.get("cname") == "blosclz":
-                chain = GpuChain(cpu_reason="blosclz streams have no GPU decoder")
-            if chain.cpu_reason is not None:
-                _log_once(f"GPU decodes of {codec.shape} chunks run on the CPU: {chain.cpu_reason}")
-            self._chains[codec] = chain
+        hit = self._chains.get(id(codec))
+        if hit is not None:
+            return hit[1]
+        chain = classify_chain(codec)
+        cfg = chain.compressor_config or {}
+        if chain.compressor == "blosc" and cfg.get("cname") == "blosclz":
+            chain = GpuChain(cpu_reason="blosclz streams have no GPU decoder")
+        if chain.cpu_reason is not None:
+            _log_once(f"GPU decodes of {codec.shape} chunks run on the CPU: {chain.cpu_reason}")
+        self._chains[id(codec)] = (codec, chain)
         return chain
 
     # ------------------------------------------------------------------ memory
@@ -119,8 +122,7 @@ class GpuBackend:
             try:
                 flats = device.decode_chunks(chain, [it.raw for it in items], codec.nbytes)
             except CorruptChunkError as exc:
-                first = name(items[0].key, items[0].inner)
-                raise CorruptChunkError(f"Corrupt chunk in a wave from {first}: {exc}") from exc
+                self._name_corrupt(codec, items, name, exc)
             except UnsupportedError:
                 flats = None
             if flats is not None:
@@ -144,6 +146,27 @@ class GpuBackend:
                 chunk = item.dest
             out.append(chunk)
         return out
+
+    @staticmethod
+    def _name_corrupt(
+        codec: Codec, items: Sequence[DecodeItem], name: Namer, exc: CorruptChunkError
+    ) -> None:
+        """Raise the error of the chunk that made a wave fail, named by its key.
+
+        nvCOMP reports a failed batch, not always which stream failed: the wave's chunks are
+        decoded again on the CPU (only now, on the error path) and the first that fails is
+        named. If every one decodes there, the GPU result is the fault, and says so.
+        """
+        for item in items:
+            try:
+                codec.decode(item.raw)
+            except Exception as cpu_exc:
+                reraise_decode(name(item.key, item.inner), cpu_exc)
+        first = name(items[0].key, items[0].inner)
+        raise CorruptChunkError(
+            f"GPU decode of a wave of {len(items)} chunks from {first} failed, yet each "
+            f"decodes on the CPU: {exc}"
+        ) from exc
 
     def encode(self, codec: Codec, chunks: Sequence[Any]) -> list[Buf]:
         """Encode device chunks in one nvCOMP call, in CPU-readable bitstreams (or on the CPU)."""

@@ -11,11 +11,14 @@ all streams decoded in one nvCOMP call per algorithm, Blosc blocks unshuffled in
 launch; :func:`to_chunk` swaps bytes and transposes. :func:`encode_chunks` is the reverse, in
 the bitstreams CPU libraries read.
 
-UNVERIFIED facts (nothing here has run on a GPU yet; ``bench/gpu_check/probe_api.py`` checks
-each, by the tag in brackets):
+UNVERIFIED facts (nothing here has run on a GPU yet; the device simulator, tests/gpu_sim,
+assumes the permissive answer; ``bench/gpu_check/probe_api.py`` checks each, by the tag in
+brackets):
 
-- [decode-list] ``Codec.decode`` accepts a Python list of device arrays and returns a list;
-  the fallback wraps the list with ``nvcomp.as_arrays``.
+- [sync-free-config] a ``decompression_config`` built from ``compression_config(sizes)``
+  decodes RAW streams CPU libraries wrote, without synchronizing the stream.
+- [decode-out-sizes] ``buffer_sizes`` of a batch decoded into ``out=`` reports decoded sizes.
+- [alignment] no algorithm needs more than ``ALIGN`` (16) bytes of buffer alignment.
 - [raw-zstd-checksum] RAW zstd decodes frames that carry a content checksum.
 - [raw-zstd-nosize] RAW zstd decodes frames without a content size.
 - [raw-lz4] RAW LZ4 decodes numcodecs' block once its 4-byte size prefix is stripped.
@@ -46,7 +49,7 @@ from cuzarr.codecs.crc32c_ import Crc32cCodec
 from cuzarr.errors import CorruptChunkError, CuzarrError, UnsupportedError
 from cuzarr.gpu import blosc_frames, streams
 from cuzarr.gpu.kernels import SOURCE
-from cuzarr.gpu.plan import GpuChain, pack
+from cuzarr.gpu.plan import MAX_SCATTER_DIMS, GpuChain, pack
 
 __all__ = [
     "all_fill",
@@ -61,6 +64,8 @@ __all__ = [
 
 #: Most streams in one nvCOMP call.
 MAX_BATCH = 65536
+#: Alignment of every nvCOMP input and output (>= any algorithm's required alignment).
+ALIGN = 16
 #: nvCOMP's safe chunk size for LZ4/Snappy/Cascaded/Bitcomp/ANS RAW encode (gpu-facts.md).
 MAX_RAW_ENCODE = 16 * 1024 * 1024
 _THREADS = 256
@@ -101,36 +106,87 @@ def _as_u8(arr: Any) -> Any:
     return cupy.asarray(arr).view(cupy.uint8).reshape(-1)
 
 
-def decode_batch(algorithm: str, inputs: Sequence[Any]) -> list[Any]:
-    """Decode device byte arrays (raw streams) with one nvCOMP call; CuPy uint8 results.
+def _slots(sizes: Sequence[int], align: int) -> list[int]:
+    """Start of each of ``sizes`` bytes laid out back to back, every start ``align``-aligned."""
+    starts, pos = [], 0
+    for n in sizes:
+        starts.append(pos)
+        pos += (int(n) + align - 1) // align * align
+    return starts
 
-    [decode-list]: ``Codec.decode`` is called with a list; if it refuses one, with
-    ``nvcomp.as_arrays(list)``.
+
+def _total(starts: Sequence[int], sizes: Sequence[int]) -> int:
+    return int(starts[-1]) + int(sizes[-1]) if len(starts) else 0
+
+
+def decode_batch(
+    algorithm: str,
+    src: Any,
+    offsets: Sequence[int],
+    sizes: Sequence[int],
+    out_sizes: Sequence[int],
+) -> tuple[Any, list[int]]:
+    """Decode raw streams carved from one device buffer, one nvCOMP call per ``MAX_BATCH``.
+
+    Stream ``i`` is ``src[offsets[i] : offsets[i] + sizes[i]]`` (aligned starts: see
+    :func:`upload`) and decodes to exactly ``out_sizes[i]`` bytes. The outputs are written
+    into one device buffer cuzarr owns (``out=``: no allocation by nvCOMP, no result that
+    dies with its batch), sized from the chunk specs, with a decompression config built from
+    those sizes so that nvCOMP makes no synchronizing size query [sync-free-config].
+
+    Returns
+    -------
+    (cupy.ndarray, list of int)
+        The output buffer (uint8) and where each stream's bytes start in it.
+
+    Raises
+    ------
+    CorruptChunkError
+        When nvCOMP fails on a stream or a stream decodes to another size (``chunk #i``).
     """
-    if not inputs:
-        return []
+    n = len(sizes)
+    starts = _slots(out_sizes, ALIGN)
+    out = cupy.empty(max(1, _total(starts, out_sizes)), cupy.uint8)
+    if n == 0:
+        return out, starts
     codec = _codec(algorithm)
-    arrays = [nvcomp.as_array(a) for a in inputs]
-    try:
-        out = codec.decode(arrays)
-    except TypeError:
-        out = codec.decode(nvcomp.as_arrays(arrays))
-    return [_as_u8(o) for o in out]
+    todo = [i for i in range(n) if out_sizes[i] > 0]
+    for lo in range(0, len(todo), MAX_BATCH):
+        part = todo[lo : lo + MAX_BATCH]
+        want = [int(out_sizes[i]) for i in part]
+        srcs = nvcomp.as_arrays(src, [int(offsets[i]) for i in part], [int(sizes[i]) for i in part])
+        outs = nvcomp.as_arrays(out, [starts[i] for i in part], want)
+        config = codec.decompression_config(codec.compression_config(want))
+        try:
+            got = codec.decode(srcs, out=outs, decompression_config=config).buffer_sizes
+        except (RuntimeError, ValueError) as exc:
+            raise CorruptChunkError(f"nvCOMP {algorithm} decode failed: {exc}") from exc
+        for i, g, w in zip(part, got, want, strict=True):
+            if int(g) != w:
+                raise CorruptChunkError(f"chunk #{i}: decoded {int(g)} bytes, expected {w}")
+    return out, starts
 
 
 def encode_batch(
     algorithm: str, inputs: Sequence[Any], kind: str = "RAW", **options: Any
-) -> list[Any]:
-    """Encode device byte arrays with one nvCOMP call; CuPy uint8 results [raw-encode]."""
+) -> list[npt.NDArray[np.uint8]]:
+    """Encode flat uint8 device arrays with one nvCOMP call; the streams as host bytes.
+
+    The outputs go to one device buffer cuzarr owns, sized by nvCOMP's bound for each input,
+    and come back to the host in one copy [raw-encode].
+    """
     if not inputs:
         return []
     codec = _codec(algorithm, kind, **options)
     arrays = [nvcomp.as_array(a) for a in inputs]
-    try:
-        out = codec.encode(arrays)
-    except TypeError:
-        out = codec.encode(nvcomp.as_arrays(arrays))
-    return [_as_u8(o) for o in out]
+    bounds = [int(codec.get_max_comp_buffer_size(a)) for a in arrays]
+    starts = _slots(bounds, ALIGN)
+    out = cupy.empty(max(1, _total(starts, bounds)), cupy.uint8)
+    outs = nvcomp.as_arrays(out, starts, bounds)
+    config = codec.compression_config([int(a.size) for a in inputs])
+    sizes = codec.encode(nvcomp.as_arrays(arrays), out=outs, compression_config=config).buffer_sizes
+    host = cupy.asnumpy(out)
+    return [host[s : s + int(n)] for s, n in zip(starts, sizes, strict=True)]
 
 
 @functools.cache
@@ -199,29 +255,41 @@ class _Pinned:
 _pinned = _Pinned()
 
 
-def upload(parts: Sequence[Buf]) -> tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Pack host byte strings into pinned memory and copy them to the device in one go."""
-    sizes = np.array([memoryview(p).nbytes for p in parts], np.int64)
-    total = int(((sizes + 7) // 8 * 8).sum())
-    batch = pack(parts, out=_pinned.get(total))
-    dev = cupy.empty(batch.data.nbytes, cupy.uint8)
-    dev.set(batch.data)
-    return dev, batch.offsets, batch.sizes
+def upload(parts: Sequence[Buf]) -> tuple[Any, list[int], list[int]]:
+    """Pack host byte strings into pinned memory and copy them to the device in one go.
+
+    Returns the device buffer and each part's offset (``ALIGN``-aligned, as nvCOMP wants its
+    inputs) and size.
+    """
+    sizes = [memoryview(p).nbytes for p in parts]
+    total = sum((n + ALIGN - 1) // ALIGN * ALIGN for n in sizes)
+    batch = pack(parts, align=ALIGN, out=_pinned.get(total))
+    dev = cupy.empty(max(1, batch.data.nbytes), cupy.uint8)
+    if batch.data.nbytes:
+        dev[: batch.data.nbytes].set(batch.data)
+    return dev, batch.offsets.tolist(), sizes
+
+
+def copy_ranges(src: Any, dst: Any, ranges: Sequence[tuple[int, int, int]]) -> None:
+    """Copy byte ranges ``(src_offset, dst_offset, nbytes)`` between flat uint8 device arrays.
+
+    One launch of the scatter kernel (each range a one-dimensional box).
+    """
+    ranges = [r for r in ranges if r[2] > 0]
+    if not ranges:
+        return
+    width = 3 + 3 * MAX_SCATTER_DIMS
+    table = np.zeros((len(ranges), width), np.int64)
+    table[:, 3 : 3 + MAX_SCATTER_DIMS] = 1
+    for i, (s, d, n) in enumerate(ranges):
+        table[i, 0], table[i, 1], table[i, 2] = s, d, n
+        table[i, 3 + MAX_SCATTER_DIMS - 1] = n
+        table[i, 3 + 2 * MAX_SCATTER_DIMS - 1] = 1
+        table[i, 3 + 3 * MAX_SCATTER_DIMS - 1] = 1
+    _table_launch("cuzarr_scatter", src, dst, table, table[:, 2].copy(), np.int64(1))
 
 
 # ---------------------------------------------------------------------- chunk decode
-
-
-class _Prepared:
-    """Host-side state of one chunk in a wave."""
-
-    __slots__ = ("blosc", "part", "raw", "stream")
-
-    def __init__(self) -> None:
-        self.raw: Buf | None = None
-        self.stream: streams.RawStream | None = None
-        self.blosc: blosc_frames.BloscFrame | None = None
-        self.part: int = -1
 
 
 def _strip_crc(chain: GpuChain, raw: Buf) -> Buf:
@@ -234,17 +302,20 @@ def _strip_crc(chain: GpuChain, raw: Buf) -> Buf:
 def decode_chunks(chain: GpuChain, raws: Sequence[Buf], nbytes: int) -> list[Any]:
     """Decode stored chunks of one chain to flat uint8 device arrays (stored element order).
 
+    Wrappers are checked and stripped on the host, the raw streams packed into one pinned
+    buffer and uploaded in one copy, then decoded with one nvCOMP call per algorithm.
+
     Raises
     ------
     CorruptChunkError
         For a chunk whose wrapper, frame or decoded size is wrong (the message has the index
         of the chunk in ``raws``; the engine adds the key).
     """
-    preps: list[_Prepared] = []
-    host_parts: list[Buf] = []
     comp = chain.compressor
+    if comp == "blosc":
+        return _decode_blosc(chain, raws, nbytes)
+    parts: list[Buf] = []
     for i, raw in enumerate(raws):
-        p = _Prepared()
         try:
             data = _strip_crc(chain, raw)
             if comp is None:
@@ -252,103 +323,83 @@ def decode_chunks(chain: GpuChain, raws: Sequence[Buf], nbytes: int) -> list[Any
                     raise CorruptChunkError(
                         f"stored {memoryview(data).nbytes} bytes, expected {nbytes}"
                     )
-            elif comp == "blosc":
-                p.blosc = blosc_frames.parse_frame(data, nbytes)
-                if p.blosc.header.compressor == "blosclz":
-                    raise UnsupportedError("blosclz streams have no GPU decoder")
+                parts.append(data)
             else:
-                p.stream = streams.locate(comp, data, nbytes)
+                stream = streams.locate(comp, data, nbytes)
+                parts.append(memoryview(data)[stream.offset : stream.offset + stream.length])
         except CuzarrError as exc:
             raise type(exc)(f"chunk #{i}: {exc}") from exc
-        p.raw = data
-        p.part = len(host_parts)
-        if p.stream is not None:
-            # Pack the raw stream itself, so that every nvCOMP input starts 8-byte aligned.
-            host_parts.append(memoryview(data)[p.stream.offset : p.stream.offset + p.stream.length])
-        else:
-            host_parts.append(data)
-        preps.append(p)
-    dev, offsets, _sizes = upload(host_parts)
-    outs: list[Any] = [None] * len(preps)
+    dev, offsets, sizes = upload(parts)
     if comp is None:
-        return [dev[int(offsets[p.part]) : int(offsets[p.part]) + nbytes] for p in preps]
-    if comp != "blosc":
-        algo = _ALGORITHM[comp]
-        inputs = []
-        for p in preps:
-            assert p.stream is not None
-            start = int(offsets[p.part])
-            inputs.append(dev[start : start + p.stream.length])
-        for lo in range(0, len(inputs), MAX_BATCH):
-            decoded = decode_batch(algo, inputs[lo : lo + MAX_BATCH])
-            for j, d in enumerate(decoded):
-                if d.size != nbytes:
-                    raise CorruptChunkError(
-                        f"chunk #{lo + j}: decoded {d.size} bytes, expected {nbytes}"
-                    )
-                outs[lo + j] = d
-        return outs
-    return _decode_blosc(preps, dev, offsets, nbytes)
+        return [dev[o : o + nbytes] for o in offsets]
+    out, starts = decode_batch(_ALGORITHM[comp], dev, offsets, sizes, [nbytes] * len(parts))
+    return [out[s : s + nbytes] for s in starts]
 
 
-def _decode_blosc(
-    preps: list[_Prepared], dev: Any, offsets: npt.NDArray[np.int64], nbytes: int
-) -> list[Any]:
+def _decode_blosc(chain: GpuChain, raws: Sequence[Buf], nbytes: int) -> list[Any]:
     """Decode the Blosc frames of a wave.
 
-    Compressed streams go to nvCOMP (one call per algorithm), stored ones are copied, then one
-    unshuffle launch per shuffle kind.
+    Every compressed stream of every frame is packed (aligned) and uploaded in one copy,
+    decoded with one nvCOMP call per algorithm, moved (with the stored streams) into place
+    with one copy launch, then unshuffled with one launch per shuffle kind.
     """
-    shuffled = cupy.empty(len(preps) * nbytes, cupy.uint8)
-    by_algo: dict[str, list[tuple[Any, int, int]]] = {}
+    parts: list[Buf] = []
+    stored: list[tuple[int, int]] = []  # (part, destination) of streams copied as they are
+    by_algo: dict[str, list[tuple[int, int, int]]] = {}  # algo -> (part, destination, size)
     byte_rows: list[list[int]] = []
     bit_rows: list[list[int]] = []
-    for i, p in enumerate(preps):
-        f = p.blosc
-        assert f is not None
-        base = int(offsets[p.part])
-        dst0 = i * nbytes
-        name = "copy" if f.header.memcpyed else f.header.compressor
-        for s in f.streams:
-            src = dev[
-                base + int(s["src_offset"]) : base + int(s["src_offset"]) + int(s["src_size"])
-            ]
-            d0 = dst0 + int(s["dst_offset"])
+    for i, raw in enumerate(raws):
+        try:
+            data = _strip_crc(chain, raw)
+            frame = blosc_frames.parse_frame(data, nbytes)
+            if frame.header.compressor == "blosclz" and not frame.header.memcpyed:
+                raise UnsupportedError("blosclz streams have no GPU decoder")
+        except CuzarrError as exc:
+            raise type(exc)(f"chunk #{i}: {exc}") from exc
+        mv = memoryview(data).cast("B")
+        base = i * nbytes
+        name = "copy" if frame.header.memcpyed else frame.header.compressor
+        for s in frame.streams:
+            start, size = int(s["src_offset"]), int(s["src_size"])
+            body = mv[start : start + size]
+            dst = base + int(s["dst_offset"])
             if s["stored"]:
-                shuffled[d0 : d0 + int(s["dst_size"])] = src
+                stored.append((len(parts), dst))
+                parts.append(body)
                 continue
             if name == "zlib":
-                assert p.raw is not None
-                start = int(s["src_offset"])
-                loc = streams.locate_zlib(memoryview(p.raw)[start : start + int(s["src_size"])])
-                src = src[loc.offset : loc.offset + loc.length]
-            by_algo.setdefault(_ALGORITHM[name], []).append((src, d0, int(s["dst_size"])))
-        if f.needs_unshuffle:
-            rows = byte_rows if f.header.shuffle else bit_rows
-            for b, bsize in enumerate(f.block_sizes.tolist()):
-                off = dst0 + b * f.header.blocksize
-                rows.append([off, off, bsize, f.header.typesize])
+                loc = streams.locate_zlib(body)
+                body = body[loc.offset : loc.offset + loc.length]
+            by_algo.setdefault(_ALGORITHM[name], []).append((len(parts), dst, int(s["dst_size"])))
+            parts.append(body)
+        if frame.needs_unshuffle:
+            rows = byte_rows if frame.header.shuffle else bit_rows
+            for b, bsize in enumerate(frame.block_sizes.tolist()):
+                off = base + b * frame.header.blocksize
+                rows.append([off, off, bsize, frame.header.typesize])
+    dev, offsets, sizes = upload(parts)
+    shuffled = cupy.empty(max(1, len(raws) * nbytes), cupy.uint8)
+    copy_ranges(dev, shuffled, [(offsets[p], d, sizes[p]) for p, d in stored])
     for algo, items in by_algo.items():
-        for lo in range(0, len(items), MAX_BATCH):
-            chunk = items[lo : lo + MAX_BATCH]
-            decoded = decode_batch(algo, [src for src, _, _ in chunk])
-            for (_, d0, size), d in zip(chunk, decoded, strict=True):
-                if d.size != size:
-                    raise CorruptChunkError(
-                        f"blosc stream decoded to {d.size} bytes, expected {size}"
-                    )
-                shuffled[d0 : d0 + size] = d
+        out, starts = decode_batch(
+            algo,
+            dev,
+            [offsets[p] for p, _, _ in items],
+            [sizes[p] for p, _, _ in items],
+            [n for _, _, n in items],
+        )
+        copy_ranges(out, shuffled, [(s, d, n) for s, (_, d, n) in zip(starts, items, strict=True)])
     out = shuffled
     if byte_rows or bit_rows:
         out = shuffled.copy()
-        for name, rows in (
+        for kernel, rows in (
             ("cuzarr_byte_unshuffle", byte_rows),
             ("cuzarr_bit_unshuffle", bit_rows),
         ):
             if rows:
                 table = np.array(rows, np.int64)
-                _table_launch(name, shuffled, out, table, table[:, 2].copy())
-    return [out[i * nbytes : (i + 1) * nbytes] for i in range(len(preps))]
+                _table_launch(kernel, shuffled, out, table, table[:, 2].copy())
+    return [out[i * nbytes : (i + 1) * nbytes] for i in range(len(raws))]
 
 
 def to_chunk(chain: GpuChain, flat: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
@@ -391,7 +442,7 @@ def encode_chunks(chain: GpuChain, chunks: Sequence[Any]) -> list[npt.NDArray[np
         blobs = []
         for f, r in zip(flats, raws, strict=True):
             decoded = cupy.asnumpy(f) if comp in ("zlib", "gzip") else None
-            wrapped = streams.wrap(comp, cupy.asnumpy(r), decoded, int(f.size))
+            wrapped = streams.wrap(comp, r, decoded, int(f.size))
             blobs.append(np.frombuffer(wrapped, np.uint8))
     for _ in range(chain.crc32c):
         blobs = [np.frombuffer(bytes(Crc32cCodec().encode(b)), np.uint8) for b in blobs]

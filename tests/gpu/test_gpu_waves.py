@@ -1,0 +1,149 @@
+"""How a wave runs on the device: one upload, one nvCOMP call, no synchronizing size query.
+
+These tests read the device simulator's record (tests/gpu_sim) and are skipped on a real GPU,
+where the same properties are measured by bench/gpu_check instead.
+"""
+
+from __future__ import annotations
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+
+import cuzarr
+
+pytestmark = pytest.mark.gpu
+
+cp = pytest.importorskip("cupy")
+
+
+@pytest.fixture
+def sim():
+    gpu_sim = pytest.importorskip("gpu_sim")
+    if not gpu_sim.installed():
+        pytest.skip("reads the device simulator's record (run with --gpu-sim)")
+    gpu_sim.reset()
+    cuzarr.reset_stats()
+    return gpu_sim
+
+
+def _events(sim, kind, name=None):
+    return [e for e in sim.events if e.kind == kind and (name is None or e.name == name)]
+
+
+SYNC_QUERIES = {"decode-configure", "decompression_config", "get_uncomp_buffer_size"}
+
+
+@pytest.mark.parametrize(
+    ("compressors", "algorithm"),
+    [
+        ([zarr.codecs.ZstdCodec(level=3)], "Zstd"),
+        ([zarr.codecs.GzipCodec(level=5)], "Deflate"),
+        ([zarr.codecs.ZstdCodec(), zarr.codecs.Crc32cCodec()], "Zstd"),
+    ],
+)
+def test_one_wave_one_upload_one_decode_call(tmp_path, sim, compressors, algorithm):
+    z = zarr.create_array(
+        tmp_path / "a", shape=(64, 60), chunks=(16, 15), dtype="<f4", compressors=compressors
+    )
+    data = np.arange(64 * 60, dtype="<f4").reshape(64, 60)
+    z[...] = data
+    a = cuzarr.open(tmp_path / "a", device="gpu")
+    sim.reset()
+    got = a[...]
+    np.testing.assert_array_equal(cp.asnumpy(got), data)
+    decodes = _events(sim, "decode", algorithm)
+    assert len(decodes) == 1, decodes
+    assert decodes[0].info["n"] == 16
+    assert decodes[0].info["configured"] and decodes[0].info["out"]
+    assert not [e for e in _events(sim, "sync") if e.name in SYNC_QUERIES]
+    uploads = _events(sim, "h2d")
+    assert len(uploads) == 1 and uploads[0].info["pinned"], uploads
+    assert cuzarr.stats().get("gpu_cpu_decodes", 0) == 0
+
+
+def test_waves_follow_max_bytes_in_flight(tmp_path, sim):
+    z = zarr.create_array(
+        tmp_path / "a",
+        shape=(64, 60),
+        chunks=(16, 15),
+        dtype="<f4",
+        compressors=[zarr.codecs.ZstdCodec()],
+    )
+    z[...] = np.ones((64, 60), "<f4")
+    chunk_bytes = 16 * 15 * 4
+    with cuzarr.configure(max_bytes_in_flight=4 * chunk_bytes):
+        a = cuzarr.open(tmp_path / "a", device="gpu")
+        sim.reset()
+        np.testing.assert_array_equal(cp.asnumpy(a[...]), np.ones((64, 60), "<f4"))
+    assert [e.info["n"] for e in _events(sim, "decode", "Zstd")] == [4, 4, 4, 4]
+
+
+def test_blosc_wave_decodes_streams_in_one_call_and_unshuffles_in_one_launch(tmp_path, sim):
+    z = zarr.create_array(
+        tmp_path / "a",
+        shape=(4096,),
+        chunks=(1024,),
+        dtype="<u4",
+        compressors=[zarr.codecs.BloscCodec(cname="lz4", shuffle="shuffle", blocksize=1024)],
+    )
+    data = (np.arange(4096, dtype="<u4") * 2654435761) % 100000
+    z[...] = data
+    a = cuzarr.open(tmp_path / "a", device="gpu")
+    sim.reset()
+    np.testing.assert_array_equal(cp.asnumpy(a[...]), data)
+    decodes = _events(sim, "decode", "LZ4")
+    assert len(decodes) == 1 and decodes[0].info["n"] >= 4
+    launches = [e.name for e in _events(sim, "launch")]
+    assert launches.count("cuzarr_byte_unshuffle") == 1, launches
+    assert cuzarr.stats().get("gpu_cpu_decodes", 0) == 0
+
+
+def test_chains_without_a_gpu_path_decode_on_the_cpu_and_are_counted(tmp_path, sim):
+    z = zarr.create_array(
+        tmp_path / "a",
+        shape=(40,),
+        chunks=(10,),
+        dtype="<i4",
+        zarr_format=2,
+        filters=[numcodecs.Delta(dtype="<i4")],
+        compressors=None,
+    )
+    data = np.arange(40, dtype="<i4") ** 2
+    z[...] = data
+    got = cuzarr.open(tmp_path / "a", device="gpu")[...]
+    assert isinstance(got, cp.ndarray)
+    np.testing.assert_array_equal(cp.asnumpy(got), data)
+    assert cuzarr.stats()["gpu_cpu_decodes"] == 4
+    assert not _events(sim, "decode")
+
+
+def test_gpu_writes_encode_in_one_call_per_wave(tmp_path, sim):
+    a = cuzarr.create(
+        tmp_path / "a",
+        shape=(64,),
+        chunks=(16,),
+        dtype="<i8",
+        compressors=[zarr.codecs.ZstdCodec()],
+        device="gpu",
+    )
+    data = np.arange(64, dtype="<i8") * 7
+    sim.reset()
+    a[...] = cp.asarray(data)
+    encodes = _events(sim, "encode", "Zstd")
+    assert len(encodes) == 1 and encodes[0].info["n"] == 4
+    assert cuzarr.stats().get("gpu_cpu_encodes", 0) == 0
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "a", mode="r")[...], data)
+
+
+def test_host_values_are_refused_implicitly(sim):
+    """The simulator is as strict as CuPy: no implicit device-to-host conversion."""
+    x = cp.arange(4)
+    with pytest.raises(TypeError, match="Implicit conversion"):
+        np.asarray(x)
+    with pytest.raises(TypeError):
+        memoryview(x)
+    with pytest.raises(TypeError):
+        x + np.arange(4)
+    np.testing.assert_array_equal(cp.asnumpy(x + 1), np.arange(4) + 1)

@@ -1,0 +1,106 @@
+"""A strict device simulator: test-only stand-ins for ``cupy``, ``nvidia.nvcomp`` and ``kvikio``.
+
+:func:`install` puts the stand-ins into ``sys.modules`` (and tells cuzarr's GPU probe that a
+driver is there), so the GPU backend and the whole ``tests/gpu`` suite run on a machine
+without a GPU: ``python -m pytest tests/gpu --gpu-sim`` (``make gpu-sim``). They follow the
+documented APIs of CuPy 14, nvCOMP 6.0 and kvikio 26.10 and are as strict as the real ones
+where the real ones are strict:
+
+- device arrays are their own type; ``numpy.asarray(device_array)`` (or any implicit
+  conversion: ``memoryview``, ``bytes``, NumPy operands) raises ``TypeError`` as in CuPy;
+  host-to-device conversions are accepted where CuPy accepts them (``cupy.asarray``,
+  ``__setitem__``, ``ndarray.set``);
+- kernels from ``RawModule(code=...).get_function(name)`` exist only if the source declares
+  them, check the grid, the block and every argument's type and dtype against the kernel's C
+  signature, and run a NumPy reference of the C code (``_kernels``);
+- ``nvcomp.Codec`` takes only the documented keyword arguments; ``decode``/``encode`` take an
+  ``Array`` or a ``BatchArray`` (a list is refused with ``TypeError``, as pybind11 does),
+  honour ``out=`` capacities and check input alignment;
+- every device-side event is recorded in :data:`events` (uploads, downloads, kernel
+  launches, nvCOMP calls, stream synchronizations), so tests can assert how a wave ran.
+
+What the simulator cannot know (facts only a GPU run settles, ``bench/gpu_check/probe_api.py``)
+is chosen permissively and listed in ``_nvcomp``'s docstring.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+from . import _cupy, _kvikio, _nvcomp
+from ._events import Event, events, reset
+
+__all__ = ["Event", "events", "install", "installed", "reset", "uninstall"]
+
+_saved: dict[str, Any] = {}
+_NAMES = (
+    "cupy",
+    "cupy.cuda",
+    "cupy.cuda.runtime",
+    "nvidia",
+    "nvidia.nvcomp",
+    "kvikio",
+    "kvikio.defaults",
+)
+
+
+def installed() -> bool:
+    """Whether the stand-ins are in ``sys.modules``."""
+    return sys.modules.get("cupy") is _cupy.module
+
+
+def install() -> None:
+    """Put the stand-ins into ``sys.modules`` and make cuzarr's probe see a driver."""
+    if installed():
+        return
+    for name in _NAMES:
+        _saved[name] = sys.modules.get(name)
+    sys.modules["cupy"] = _cupy.module
+    sys.modules["cupy.cuda"] = _cupy.cuda
+    sys.modules["cupy.cuda.runtime"] = _cupy.runtime
+    nvidia = sys.modules.get("nvidia")
+    if nvidia is None:
+        nvidia = types.ModuleType("nvidia")
+        nvidia.__path__ = []
+        sys.modules["nvidia"] = nvidia
+    nvidia.nvcomp = _nvcomp.module  # type: ignore[attr-defined]
+    sys.modules["nvidia.nvcomp"] = _nvcomp.module
+    sys.modules["kvikio"] = _kvikio.module
+    sys.modules["kvikio.defaults"] = _kvikio.defaults
+
+    # zarr binds ``cp`` when its GPU buffer module is first imported (None without CuPy).
+    zarr_gpu = sys.modules.get("zarr.core.buffer.gpu")
+    if zarr_gpu is not None:
+        _saved["zarr_gpu.cp"] = zarr_gpu.cp
+        zarr_gpu.cp = _cupy.module
+
+    from cuzarr.backends import probe
+
+    _saved["probe._has_driver"] = probe._has_driver
+    probe._has_driver = lambda: True
+    probe.gpu_status.cache_clear()
+
+
+def uninstall() -> None:
+    """Restore ``sys.modules`` and the probe as they were before :func:`install`."""
+    if not installed():
+        return
+    from cuzarr.backends import probe
+
+    probe._has_driver = _saved.pop("probe._has_driver")
+    probe.gpu_status.cache_clear()
+    if "zarr_gpu.cp" in _saved:
+        sys.modules["zarr.core.buffer.gpu"].cp = _saved.pop("zarr_gpu.cp")
+    nvidia = sys.modules.get("nvidia")
+    if nvidia is not None and getattr(nvidia, "nvcomp", None) is _nvcomp.module:
+        del nvidia.nvcomp
+    for name in _NAMES:
+        old = _saved.pop(name, None)
+        if old is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = old
+    for name in [n for n in sys.modules if n.startswith("cuzarr.gpu.")]:
+        del sys.modules[name]

@@ -1,0 +1,116 @@
+"""A stand-in for ``kvikio`` (26.10): ``CuFile`` reads into simulated device buffers.
+
+Signatures as the real module declares them (``inspect.signature(kvikio.CuFile.pread)``):
+``CuFile(file, flags="r")``, ``pread(buf, size=None, file_offset=0, task_size=None) ->
+IOFuture``, ``read(...) -> int``; ``kvikio.defaults.is_compat_mode_preferred()``. The
+simulated machine has no GDS (compat mode, like a machine without ``nvidia_fs``); every read
+is recorded as a ``cufile`` event.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from importlib.machinery import ModuleSpec
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import _cupy
+from ._events import record
+
+
+class IOFuture:
+    def __init__(self, n: int) -> None:
+        self._n = n
+
+    def get(self) -> int:
+        return self._n
+
+    def done(self) -> bool:
+        return True
+
+
+class CuFile:
+    def __init__(self, file: Path | str, flags: str = "r") -> None:
+        if flags not in ("r", "w", "a", "r+", "w+", "a+"):
+            raise ValueError(f"Unknown file open flag: {flags!r}")
+        if not isinstance(file, (str, Path)):
+            raise TypeError(f"file must be a str or Path, got {type(file).__name__}")
+        mode = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC}.get(flags, os.O_RDWR)
+        self._fd: int | None = os.open(file, mode, 0o644)
+        self._path = str(file)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def __enter__(self) -> CuFile:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _target(self, buf: Any) -> np.ndarray:
+        if isinstance(buf, _cupy.ndarray):
+            mem = buf._a
+        elif isinstance(buf, np.ndarray):
+            mem = buf
+        else:
+            raise TypeError(f"buf: expected a device or host array, got {type(buf).__name__}")
+        if not mem.flags.c_contiguous or not mem.flags.writeable:
+            raise ValueError("buf must be a contiguous, writable buffer")
+        return mem.reshape(-1).view(np.uint8)
+
+    def pread(
+        self, buf: Any, size: int | None = None, file_offset: int = 0, task_size: int | None = None
+    ) -> IOFuture:
+        return IOFuture(self.read(buf, size, file_offset, task_size))
+
+    def read(
+        self, buf: Any, size: int | None = None, file_offset: int = 0, task_size: int | None = None
+    ) -> int:
+        if self._fd is None:
+            raise RuntimeError("read on a closed CuFile")
+        mem = self._target(buf)
+        n = mem.nbytes if size is None else int(size)
+        if n > mem.nbytes:
+            raise ValueError(f"size {n} exceeds the {mem.nbytes}-byte buffer")
+        data = os.pread(self._fd, n, int(file_offset))
+        mem[: len(data)] = np.frombuffer(data, np.uint8)
+        record(
+            "cufile",
+            self._path,
+            nbytes=len(data),
+            offset=int(file_offset),
+            device=isinstance(buf, _cupy.ndarray),
+        )
+        return len(data)
+
+
+def _module(name: str, **attrs: Any) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__spec__ = ModuleSpec(name, None)
+    mod.__dict__.update(attrs)
+    return mod
+
+
+defaults = _module(
+    "kvikio.defaults",
+    is_compat_mode_preferred=lambda: True,
+    get=lambda name: {
+        "compat_mode": True,
+        "num_threads": 1,
+        "task_size": 4 << 20,
+        "gds_threshold": 16 << 10,
+        "bounce_buffer_size": 16 << 20,
+    }[name],
+)
+module = _module(
+    "kvikio", __version__="26.10.00+sim", CuFile=CuFile, IOFuture=IOFuture, defaults=defaults
+)

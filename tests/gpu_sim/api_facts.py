@@ -1,0 +1,163 @@
+"""The call signatures the real ``nvidia.nvcomp``, ``kvikio`` and ``cupy`` declare.
+
+Run with the real modules importable (they import without a GPU)::
+
+    python tests/gpu_sim/api_facts.py > tests/gpu_sim/api_facts.json
+
+``make gpu-api-facts`` installs the pinned wheels into ``.gpu-api/`` and does that. The JSON
+maps each callable to its overloads, each a list of ``[name, kind, has_default]`` parameters
+(pybind11 overloads are read from the docstring, Python functions through ``inspect``), plus
+the public attributes of the classes and the members of the enums the simulator stands in
+for. ``tests/test_gpu_sim_api.py`` checks the simulator against this file (in every CI run)
+and this file against the real modules (where they are installed).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import re
+import sys
+from typing import Any
+
+#: Callables whose signatures the simulator must accept exactly: "module:qualname".
+CALLABLES = [
+    "nvidia.nvcomp:Codec.decode",
+    "nvidia.nvcomp:Codec.encode",
+    "nvidia.nvcomp:Codec.compression_config",
+    "nvidia.nvcomp:Codec.decompression_config",
+    "nvidia.nvcomp:Codec.get_required_decompression_alignment",
+    "nvidia.nvcomp:Codec.get_max_comp_buffer_size",
+    "nvidia.nvcomp:Codec.get_uncomp_buffer_size",
+    "nvidia.nvcomp:as_array",
+    "nvidia.nvcomp:as_arrays",
+    "nvidia.nvcomp:Array.cpu",
+    "nvidia.nvcomp:Array.cuda",
+    "nvidia.nvcomp:BatchArray.cpu",
+    "nvidia.nvcomp:BatchArray.cuda",
+    "kvikio:CuFile.__init__",
+    "kvikio:CuFile.pread",
+    "kvikio:CuFile.read",
+    "kvikio:CuFile.close",
+    "cupy:asarray",
+    "cupy:asnumpy",
+    "cupy:ndarray.get",
+    "cupy:ndarray.set",
+    "cupy:RawKernel.__call__",
+]
+#: Classes whose public attributes the simulator's must include.
+CLASSES = ["nvidia.nvcomp:Array", "nvidia.nvcomp:BatchArray", "nvidia.nvcomp:Codec"]
+#: Enums whose members the simulator's must equal.
+ENUMS = ["nvidia.nvcomp:BitstreamKind", "nvidia.nvcomp:ChecksumPolicy"]
+
+_OVERLOAD = re.compile(r"^(?:\d+\. )?([\w.]+)\((.*)\)(?: -> .*)?$")
+
+
+def resolve(spec: str) -> Any:
+    """The object named ``module:qualname``."""
+    mod, _, qual = spec.partition(":")
+    obj: Any = importlib.import_module(mod)
+    for part in qual.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _split_params(text: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def _from_doc(fn: Any, name: str) -> list[list[list[Any]]]:
+    """pybind11 overloads from the docstring's signature lines."""
+    overloads = []
+    for line in (fn.__doc__ or "").splitlines():
+        m = _OVERLOAD.match(line.strip())
+        if m is None or m.group(1).rsplit(".", 1)[-1] != name:
+            continue
+        if m.group(2).replace(" ", "") in ("*args,**kwargs", "self,/,*args,**kwargs"):
+            continue  # pybind11's generic first line
+        params = []
+        star = False
+        for p in _split_params(m.group(2)):
+            if p in ("*", "\\*"):
+                star = True
+                continue
+            if p in ("/", "*args", "**kwargs"):
+                continue
+            pname = p.split(":")[0].split("=")[0].strip()
+            if pname == "self":
+                continue
+            kind = "KEYWORD_ONLY" if star else "POSITIONAL_OR_KEYWORD"
+            params.append([pname, kind, "=" in p])
+        overloads.append(params)
+    return overloads
+
+
+def signatures(spec: str) -> list[list[list[Any]]]:
+    """The overloads of one callable."""
+    fn = resolve(spec)
+    name = spec.rsplit(".", 1)[-1].split(":")[-1]
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        sig = None
+    generic = sig is None or [p.kind for p in sig.parameters.values()] in (
+        [inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD],
+        [
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.VAR_POSITIONAL,
+            inspect.Parameter.VAR_KEYWORD,
+        ],
+    )
+    if generic:
+        return _from_doc(fn, name)
+    assert sig is not None
+    return [
+        [
+            [p.name, p.kind.name, p.default is not inspect.Parameter.empty]
+            for p in sig.parameters.values()
+            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+    ]
+
+
+def codec_options() -> list[str]:
+    """Keyword arguments ``nvcomp.Codec`` documents (common and per algorithm)."""
+    doc = resolve("nvidia.nvcomp:Codec.__init__").__doc__ or ""
+    return sorted(set(re.findall(r"^\s+(\w+): ", doc, flags=re.M)))
+
+
+def collect() -> dict[str, Any]:
+    """Every fact, from whatever modules are importable as ``nvidia.nvcomp``, ``kvikio``..."""
+    return {
+        "callables": {spec: signatures(spec) for spec in CALLABLES},
+        "classes": {
+            spec: sorted(n for n in dir(resolve(spec)) if not n.startswith("_")) for spec in CLASSES
+        },
+        "enums": {spec: sorted(resolve(spec).__members__) for spec in ENUMS},
+        "codec_options": codec_options(),
+    }
+
+
+if __name__ == "__main__":
+    facts = collect()
+    versions = {}
+    for mod in ("nvidia.nvcomp", "kvikio", "cupy"):
+        m = importlib.import_module(mod)
+        versions[mod] = getattr(m, "__version__", "?")
+    facts["versions"] = versions
+    json.dump(facts, sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")
