@@ -20,7 +20,7 @@ unit: venv
 # GPU tests with line coverage of cuzarr.gpu (the floor only ever goes up).
 gpu-sim: venv
 	$(VENV)/python -m pytest -q tests/gpu tests/test_gpu_prep.py tests/test_gpu_sim_api.py \
-		--gpu-sim --cov=cuzarr.gpu --cov-report=term-missing --cov-fail-under=92 $(ARGS)
+		--gpu-sim --cov=cuzarr.gpu --cov-report=term-missing --cov-fail-under=95 $(ARGS)
 
 # Refresh tests/gpu_sim/api_facts.json from the real nvCOMP, kvikio and CuPy wheels (they
 # import without a GPU) in .gpu-api/, then check the simulator against it.

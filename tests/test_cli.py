@@ -408,3 +408,18 @@ def test_bench_device_gpu_names_what_is_missing() -> None:
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert lines == [f"cuzarr bench: error: --device gpu: {missing}"]
+
+
+def test_info_gpu_without_a_gpu_says_what_is_missing(capsys):
+    from cuzarr.backends import gpu_status
+    from cuzarr.cli import main
+
+    if gpu_status() is None:
+        pytest.skip("a GPU is usable here")
+    assert main(["info", "--gpu"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("GPU: not usable (") and "cuzarr[cu13]" in out
+    assert main(["info", "--gpu", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["usable"] is False
+    assert main(["info"]) == 2
+    assert "TARGET is required" in capsys.readouterr().err

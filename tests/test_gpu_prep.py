@@ -627,7 +627,14 @@ def test_kernel_sources_compile_with_nvcc(tmp_path, arch):
 
 # ---------------------------------------------------------------- devices and imports
 
-GPU_MODULES = ("cupy", "nvidia.nvcomp", "kvikio", "cuzarr.gpu.backend", "cuzarr.gpu.device")
+GPU_MODULES = (
+    "cupy",
+    "nvidia.nvcomp",
+    "kvikio",
+    "cuzarr.gpu.backend",
+    "cuzarr.gpu.device",
+    "cuzarr.gpu.files",
+)
 
 
 def test_import_cuzarr_and_cpu_paths_import_no_gpu_package(tmp_path):

@@ -202,7 +202,7 @@ def main() -> None:
         "array_bytes": nbytes,
         "python": sys.version.split()[0],
     }
-    guarded(res, "gds", lambda: __import__("cuzarr.gpu.device", fromlist=["gdsinfo"]).gdsinfo())
+    guarded(res, "gds", lambda: __import__("cuzarr.gpu.files", fromlist=["gdsinfo"]).gdsinfo())
     data = make_data(nbytes)
     guarded(res, "pinned_h2d", lambda: pinned_h2d(min(nbytes, GIB)))
     guarded(res, "nvcomp_raw_decode_8mib", lambda: nvcomp_raw_decode(data, 8 * MIB))

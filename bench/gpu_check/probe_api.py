@@ -259,7 +259,7 @@ def _kvikio() -> Any:
     import kvikio
     import kvikio.defaults
 
-    from cuzarr.gpu.device import gdsinfo
+    from cuzarr.gpu.files import gdsinfo
 
     with tempfile.NamedTemporaryFile(dir=os.environ.get("TMPDIR", "/tmp"), delete=False) as f:
         f.write(PAYLOAD)

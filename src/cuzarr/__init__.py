@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from cuzarr.api import create, open
 from cuzarr.array import Array
+from cuzarr.backends.probe import gpu_info
 from cuzarr.config import Device, Settings, configure, get_settings
 from cuzarr.diagnostics import reset_stats, stats
 from cuzarr.errors import (
@@ -40,6 +41,7 @@ __all__ = [
     "configure",
     "create",
     "get_settings",
+    "gpu_info",
     "open",
     "reset_stats",
     "stats",

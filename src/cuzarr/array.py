@@ -143,24 +143,10 @@ class Array(ArraySelections):
 
     # ------------------------------------------------------------------ properties
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+    @property
+    def xp(self) -> Any:
+        """The array module of results: ``numpy``, or ``cupy`` for ``device="gpu"``."""
+        return self._xp
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> npt.NDArray[Any]:
         out = np.asarray(self.read(...))

@@ -230,9 +230,38 @@ def _print_json(doc: dict[str, Any]) -> None:
     print(json.dumps(doc, indent=2, sort_keys=False))
 
 
+def _format_gpu(info: dict[str, object]) -> str:
+    if not info["usable"]:
+        return f"GPU: not usable ({info['reason']})"
+    io = info["io"]
+    assert isinstance(io, dict)
+    mode = "GPUDirect Storage" if io.get("gds") else "kvikio compatibility mode (bounce buffers)"
+    lines = [
+        f"GPU: {info['device']} ({info['devices']} device(s)), CUDA runtime "
+        f"{info['cuda_runtime']}, driver {info['cuda_driver']}, CuPy {info['cupy']}, "
+        f"nvCOMP {info['nvcomp']}",
+        f"reads: {mode}; kvikio {io.get('kvikio')}, threads {io.get('threads')}, "
+        f"bounce buffer {io.get('bounce_buffer_bytes')} bytes, task size {io.get('task_size')}",
+    ]
+    return "\n".join(lines)
+
+
 def _run_info(args: argparse.Namespace) -> int:
     from cuzarr.tools import collect_info, format_info, info_to_json
 
+    if args.gpu:
+        from cuzarr.backends.probe import gpu_info
+
+        info = gpu_info()
+        if args.json:
+            _print_json({"schema": "cuzarr.gpu/1", **info})
+        else:
+            print(_format_gpu(info))
+        if args.target is None:
+            return 0
+    if args.target is None:
+        print("cuzarr info: error: TARGET is required (or --gpu)", file=sys.stderr)
+        return 2
     nodes = collect_info(args.target)
     if args.json:
         _print_json(info_to_json(nodes, args.target))
@@ -258,8 +287,14 @@ def add_info(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "ratio. Only the store listing and metadata are read."
         ),
     )
-    p.add_argument("target", metavar="TARGET", help=_TARGET_HELP)
+    p.add_argument("target", metavar="TARGET", nargs="?", help=_TARGET_HELP)
     p.add_argument("--json", action="store_true", help="print JSON (schema cuzarr.info/1)")
+    p.add_argument(
+        "--gpu",
+        action="store_true",
+        help="report the GPU backend: device, CUDA, nvCOMP, and whether kvikio reads use "
+        "GPUDirect Storage or its compatibility mode (JSON schema cuzarr.gpu/1)",
+    )
     _common(p)
     p.set_defaults(handler=_run_info)
 

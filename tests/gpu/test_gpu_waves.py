@@ -12,6 +12,7 @@ import pytest
 import zarr
 
 import cuzarr
+from cuzarr.errors import CorruptChunkError
 
 pytestmark = pytest.mark.gpu
 
@@ -36,14 +37,15 @@ SYNC_QUERIES = {"decode-configure", "decompression_config", "get_uncomp_buffer_s
 
 
 @pytest.mark.parametrize(
-    ("compressors", "algorithm"),
+    ("compressors", "algorithm", "device_reads"),
     [
-        ([zarr.codecs.ZstdCodec(level=3)], "Zstd"),
-        ([zarr.codecs.GzipCodec(level=5)], "Deflate"),
-        ([zarr.codecs.ZstdCodec(), zarr.codecs.Crc32cCodec()], "Zstd"),
+        ([zarr.codecs.ZstdCodec(level=3)], "Zstd", True),
+        ([zarr.codecs.GzipCodec(level=5)], "Deflate", False),
+        ([zarr.codecs.ZstdCodec(), zarr.codecs.Crc32cCodec()], "Zstd", False),
     ],
+    ids=["zstd", "gzip", "zstd-crc32c"],
 )
-def test_one_wave_one_upload_one_decode_call(tmp_path, sim, compressors, algorithm):
+def test_one_wave_one_upload_one_decode_call(tmp_path, sim, compressors, algorithm, device_reads):
     z = zarr.create_array(
         tmp_path / "a", shape=(64, 60), chunks=(16, 15), dtype="<f4", compressors=compressors
     )
@@ -59,8 +61,61 @@ def test_one_wave_one_upload_one_decode_call(tmp_path, sim, compressors, algorit
     assert decodes[0].info["configured"] and decodes[0].info["out"]
     assert not [e for e in _events(sim, "sync") if e.name in SYNC_QUERIES]
     uploads = _events(sim, "h2d")
-    assert len(uploads) == 1 and uploads[0].info["pinned"], uploads
+    reads = _events(sim, "cufile")
+    if device_reads:
+        # Local zstd chunks: kvikio reads every file straight into device memory, no upload.
+        assert len(reads) == 16 and all(e.info["device"] for e in reads)
+        assert not uploads
+        assert cuzarr.stats()["gpu_device_reads"] == 16
+    else:
+        # gzip needs its trailer, crc32c the whole chunk, on the host: one pinned upload.
+        assert not reads
+        assert len(uploads) == 1 and uploads[0].info["pinned"], uploads
     assert cuzarr.stats().get("gpu_cpu_decodes", 0) == 0
+
+
+def test_a_file_replaced_during_a_device_read_is_read_again_on_the_host(tmp_path, sim):
+    from gpu_sim import _kvikio
+
+    z = zarr.create_array(
+        tmp_path / "a",
+        shape=(64,),
+        chunks=(16,),
+        dtype="<i4",
+        compressors=[zarr.codecs.ZstdCodec()],
+    )
+    z[...] = np.arange(64, dtype="<i4")
+    new = np.arange(16, dtype="<i4") + 1000
+    a = cuzarr.open(tmp_path / "a", device="gpu")
+
+    def replace_chunk_1(path):
+        if path.endswith("/c/1"):
+            _kvikio.DURING_READ.clear()
+            zarr.open_array(tmp_path / "a", mode="r+")[16:32] = new  # atomic replacement
+
+    _kvikio.DURING_READ.append(replace_chunk_1)
+    try:
+        got = cp.asnumpy(a[...])
+    finally:
+        _kvikio.DURING_READ.clear()
+    want = np.arange(64, dtype="<i4")
+    want[16:32] = new
+    np.testing.assert_array_equal(got, want)
+    assert cuzarr.stats()["gpu_device_read_retries"] == 1
+
+
+def test_uncompressed_chunks_are_read_into_their_place(tmp_path, sim):
+    z = zarr.create_array(
+        tmp_path / "a", shape=(32, 16), chunks=(8, 16), dtype="<u2", compressors=None
+    )
+    data = np.arange(512, dtype="<u2").reshape(32, 16)
+    z[...] = data
+    a = cuzarr.open(tmp_path / "a", device="gpu")
+    sim.reset()
+    np.testing.assert_array_equal(cp.asnumpy(a[8:16]), data[8:16])  # one chunk: into out
+    np.testing.assert_array_equal(cp.asnumpy(a[...]), data)  # a wave
+    assert len(_events(sim, "cufile")) == 5
+    assert not _events(sim, "h2d")
 
 
 def test_waves_follow_max_bytes_in_flight(tmp_path, sim):
@@ -147,3 +202,59 @@ def test_host_values_are_refused_implicitly(sim):
     with pytest.raises(TypeError):
         x + np.arange(4)
     np.testing.assert_array_equal(cp.asnumpy(x + 1), np.arange(4) + 1)
+
+
+def test_device_reads_of_short_vanishing_and_changing_files(tmp_path, sim):
+    from gpu_sim import _kvikio
+
+    z = zarr.create_array(
+        tmp_path / "a", shape=(32, 16), chunks=(8, 16), dtype="<u2", compressors=None
+    )
+    data = np.arange(512, dtype="<u2").reshape(32, 16)
+    z[...] = data
+    a = cuzarr.open(tmp_path / "a", device="gpu")
+    chunk = tmp_path / "a" / "c" / "1" / "0"
+    blob = chunk.read_bytes()
+    # A file of the wrong size: in a wave, and read alone (straight into the output).
+    chunk.write_bytes(blob[:100])
+    with pytest.raises(CorruptChunkError, match=r"c/1/0.*100 bytes"):
+        a[...]
+    with pytest.raises(CorruptChunkError, match=r"c/1/0.*100 bytes"):
+        a[8:16]
+    chunk.write_bytes(blob)
+
+    # A file that vanishes during the wave's reads: read on the host, where it is missing.
+    def delete_chunk(path):
+        if path.endswith("c/2/0"):
+            _kvikio.DURING_READ.clear()
+            (tmp_path / "a" / "c" / "2" / "0").unlink()
+
+    _kvikio.DURING_READ.append(delete_chunk)
+    got = cp.asnumpy(a[...])
+    want = data.copy()
+    want[16:24] = 0
+    np.testing.assert_array_equal(got, want)
+
+    # A file replaced while it is read alone: read again on the host.
+    def replace_chunk(path):
+        if path.endswith("c/0/0"):
+            _kvikio.DURING_READ.clear()
+            zarr.open_array(tmp_path / "a", mode="r+")[0:8] = data[0:8] + 1
+
+    _kvikio.DURING_READ.append(replace_chunk)
+    np.testing.assert_array_equal(cp.asnumpy(a[0:8]), data[0:8] + 1)
+    _kvikio.DURING_READ.clear()
+
+
+def test_stores_without_local_files_upload_from_the_host(sim):
+    store = zarr.storage.MemoryStore()
+    z = zarr.create_array(
+        store, shape=(64,), chunks=(16,), dtype="<i4", compressors=[zarr.codecs.ZstdCodec()]
+    )
+    z[...] = np.arange(64, dtype="<i4")
+    sim.reset()
+    with zarr.config.enable_gpu(), cuzarr.configure(strict=True):
+        got = zarr.open_array(store, mode="r")[...]
+    np.testing.assert_array_equal(cp.asnumpy(got), np.arange(64))
+    assert not _events(sim, "cufile")
+    assert len(_events(sim, "h2d")) == 1

@@ -54,6 +54,26 @@ def _operand(x: Any) -> Any:
     raise TypeError(f"Unsupported type {type(x)}")
 
 
+def _unwrap_all(obj: Any) -> Any:
+    if isinstance(obj, ndarray):
+        return obj._a
+    if isinstance(obj, np.ndarray) and obj.ndim:
+        raise TypeError(f"Unsupported type {type(obj)}")
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_unwrap_all(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _unwrap_all(v) for k, v in obj.items()}
+    return obj
+
+
+def _rewrap(obj: Any) -> Any:
+    if isinstance(obj, (np.ndarray, np.generic)):
+        return _wrap(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_rewrap(x) for x in obj)
+    return obj
+
+
 def _wrap(value: Any) -> ndarray:
     if isinstance(value, np.ndarray):
         return ndarray._from(value)
@@ -80,11 +100,13 @@ class ndarray:
         return _wrap(ufunc(*[_operand(x) for x in inputs], **kwargs))
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        # As CuPy: NumPy functions dispatch to the module's function of the same name.
+        # As CuPy: NumPy functions dispatch to the module's function of the same name; the
+        # rest of NumPy's API runs on the device memory (CuPy implements nearly all of it).
+        # Host arrays among the arguments are refused, as CuPy refuses them.
         impl = _FUNCTIONS.get(func.__name__)
-        if impl is None:
-            return NotImplemented
-        return impl(*args, **kwargs)
+        if impl is not None:
+            return impl(*args, **kwargs)
+        return _rewrap(func(*_unwrap_all(args), **_unwrap_all(kwargs)))
 
     def __init__(
         self,
@@ -426,6 +448,18 @@ def broadcast_arrays(*args: Any) -> list[ndarray]:
     return [ndarray._from(x) for x in np.broadcast_arrays(*[d._a for d in devs])]
 
 
+def take(a: Any, indices: Any, axis: Any = None, out: Any = None) -> ndarray:
+    return _rewrap(np.take(_dev(a, "take"), _unwrap_index(indices), axis=axis))
+
+
+def tensordot(a: Any, b: Any, axes: Any = 2) -> ndarray:
+    return _rewrap(np.tensordot(_dev(a, "tensordot"), _dev(b, "tensordot"), axes))
+
+
+def einsum(*operands: Any, **kwargs: Any) -> ndarray:
+    return _rewrap(np.einsum(*_unwrap_all(operands), **kwargs))
+
+
 def concatenate(arrays: Sequence[Any], axis: int = 0) -> ndarray:
     return ndarray._from(np.concatenate([_dev(a, "concatenate") for a in arrays], axis=axis))
 
@@ -639,6 +673,9 @@ module = _make_module(
     may_share_memory=may_share_memory,
     broadcast_to=broadcast_to,
     broadcast_arrays=broadcast_arrays,
+    take=take,
+    tensordot=tensordot,
+    einsum=einsum,
     concatenate=concatenate,
     stack=stack,
     array_equal=array_equal,

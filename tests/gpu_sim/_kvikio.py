@@ -20,6 +20,9 @@ import numpy as np
 from . import _cupy
 from ._events import record
 
+#: Callbacks run with the path during each read (tests: a writer racing a device read).
+DURING_READ: list[Any] = []
+
 
 class IOFuture:
     def __init__(self, n: int) -> None:
@@ -81,6 +84,8 @@ class CuFile:
         n = mem.nbytes if size is None else int(size)
         if n > mem.nbytes:
             raise ValueError(f"size {n} exceeds the {mem.nbytes}-byte buffer")
+        for hook in DURING_READ.copy():  # a hook may remove itself
+            hook(self._path)
         data = os.pread(self._fd, n, int(file_offset))
         mem[: len(data)] = np.frombuffer(data, np.uint8)
         record(

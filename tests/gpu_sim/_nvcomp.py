@@ -89,6 +89,10 @@ _ALIGNMENT = {
     "Bitcomp": 8,
     "ANS": 8,
 }
+#: Faults to inject (tests): the next ``FAULTS["decode"]`` decode calls fail as a device
+#: error would (``RuntimeError``), whatever their input.
+FAULTS = {"decode": 0}
+
 #: Largest chunk RAW LZ4/Snappy/Cascaded/Bitcomp/ANS compress.
 _MAX_RAW_CHUNK = 16 * 1024 * 1024
 
@@ -579,6 +583,9 @@ class Codec:
             len(mems),
         ):
             raise ValueError("decompression_config built for another batch size")
+        if FAULTS["decode"] > 0:
+            FAULTS["decode"] -= 1
+            raise RuntimeError("nvCOMP decode failed: simulated device fault")
         record(
             "decode",
             algorithm,

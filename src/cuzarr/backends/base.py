@@ -34,8 +34,9 @@ Array = Any
 class DecodeItem(NamedTuple):
     """One stored chunk to decode."""
 
-    #: The stored bytes (host memory).
-    raw: Buf
+    #: The stored bytes: host memory, or what the backend's own :meth:`Backend.fetch` returned
+    #: (device memory on the GPU).
+    raw: Any
     #: Where the decoded chunk goes: a chunk-shaped array of the backend's memory (possibly a
     #: strided view of the output), or ``None`` for "any buffer" (then read it before the next
     #: decode on this thread).
@@ -120,6 +121,15 @@ class Backend(Protocol):
 
     def size_hint(self, codec: Codec) -> int | None:
         """An upper bound of a stored chunk's size, for stores with small reads (or ``None``)."""
+        ...
+
+    def fetch(self, store: ChunkStore, keys: Sequence[str], codec: Codec) -> list[Any] | None:
+        """Fetch a batch's stored chunks the backend's own way, or ``None`` to leave it.
+
+        Called for batches that are not run in parallel (``Batching.parallel`` false). The
+        result has one entry per key: what :meth:`decode` takes as ``DecodeItem.raw`` (``None``
+        for a missing chunk). ``None``: the loops fetch the chunks on the host.
+        """
         ...
 
     def read_direct(self, store: ChunkStore, key: str, codec: Codec, dest: Array) -> int | None:

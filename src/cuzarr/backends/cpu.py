@@ -200,6 +200,10 @@ class CpuBackend:
         """The largest well-formed stored chunk, for one-frame zstd chains."""
         return self._zstd_params(codec)[2]
 
+    def fetch(self, store: ChunkStore, keys: Sequence[str], codec: Codec) -> list[Any] | None:
+        """Not here: the loops fetch on the host (the CPU's batches run in parallel anyway)."""
+        return None
+
     def read_direct(self, store: ChunkStore, key: str, codec: Codec, dest: Any) -> int | None:
         """Uncompressed chunks into a contiguous host destination: one read, no copy."""
         if not (codec.raw and dest.flags.c_contiguous and dest.dtype == codec.dtype):

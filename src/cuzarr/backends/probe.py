@@ -10,10 +10,11 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
+from typing import Any
 
 from cuzarr.errors import UnsupportedError
 
-__all__ = ["EXTRAS_HINT", "gpu_status", "missing_components", "require_gpu"]
+__all__ = ["EXTRAS_HINT", "gpu_info", "gpu_status", "missing_components", "require_gpu"]
 
 #: What to install, in every message about a missing GPU component.
 EXTRAS_HINT = "install cuzarr[cu12] or cuzarr[cu13] (matching your CUDA driver's major version)"
@@ -62,6 +63,22 @@ def gpu_status() -> str | None:
     if n < 1:
         return "no CUDA device found"
     return None
+
+
+def gpu_info() -> dict[str, Any]:
+    """What the GPU backend would use here: device, CUDA, nvCOMP, and kvikio's I/O mode.
+
+    ``usable`` is false (with ``reason``) where no GPU backend is usable; otherwise ``io``
+    says whether kvikio reads use GPUDirect Storage (``gds``) or its compatibility mode
+    (POSIX reads through pinned bounce buffers of ``bounce_buffer_bytes``). Imports GPU
+    packages only where they are usable.
+    """
+    status = gpu_status()
+    if status is not None:
+        return {"usable": False, "reason": status}
+    from cuzarr.gpu.files import device_report
+
+    return {"usable": True, "reason": None, **device_report()}
 
 
 def require_gpu() -> None:

@@ -91,13 +91,13 @@ def _read_block(source: _Source, selection: tuple[slice, ...]) -> Any:
     """Read one block (a group of whole shards) of the array."""
     array = source.array
     if isinstance(array, zarr.Array):
-        if source.gpu:  # pragma: no cover - needs a GPU
+        if source.gpu:
             from zarr.buffer import gpu as zarr_gpu
 
             return array.get_basic_selection(selection, prototype=zarr_gpu.buffer_prototype)
         return array[selection]
     shape = tuple(s.stop - s.start for s in selection)
-    out = np.empty(shape, dtype=array.dtype)
+    out = array.xp.empty(shape, dtype=array.dtype)
     return array.read(selection, out=out)
 
 
@@ -239,7 +239,7 @@ def _target_nbytes(block_nbytes: int | str | None) -> int:
 
 
 def _meta(dtype: np.dtype[Any], ndim: int, gpu: bool) -> Any:
-    if gpu:  # pragma: no cover - needs a GPU
+    if gpu:
         import cupy
 
         return cupy.empty((0,) * ndim, dtype=dtype)

@@ -134,7 +134,8 @@ def read_chunks(
         if batching.parallel:
             raws = store.get_many([requests[i].key for i in batch], hint)
         else:
-            raws = parallel_map(get_one, batch, io)
+            fetched = backend.fetch(store, [requests[i].key for i in batch], codec)
+            raws = fetched if fetched is not None else parallel_map(get_one, batch, io)
         items: list[DecodeItem] = []
         present: list[int] = []
         for i, raw in zip(batch, raws, strict=True):

@@ -26,7 +26,7 @@ from cuzarr.codecs.base import Buf
 from cuzarr.config import Settings
 from cuzarr.diagnostics import count, logger
 from cuzarr.errors import CorruptChunkError, UnsupportedError
-from cuzarr.gpu import device
+from cuzarr.gpu import device, files
 from cuzarr.gpu.plan import GpuChain, classify_chain
 from cuzarr.stores.base import ChunkStore
 
@@ -36,6 +36,11 @@ __all__ = ["MAX_BATCH", "GpuBackend"]
 MAX_BATCH = 65536
 
 _logged: set[str] = set()
+
+
+def _host(raw: Any) -> Buf:
+    """Stored bytes on the host (a device read's chunk is copied back: error paths only)."""
+    return raw.host() if isinstance(raw, files.DeviceChunk) else raw
 
 
 def _log_once(message: str) -> None:
@@ -106,9 +111,46 @@ class GpuBackend:
         """No small-read hint: waves read whole chunks."""
         return None
 
+    def fetch(self, store: ChunkStore, keys: Sequence[str], codec: Codec) -> list[Any] | None:
+        """A wave of local files read straight into device memory with kvikio.
+
+        For stores with device reads (local folders) and chains whose chunks the host needs
+        only the first bytes of (uncompressed, zstd, numcodecs LZ4; no crc32c). Others, and a
+        wave whose files changed while read (``gpu_device_read_retries``), are fetched on the
+        host and uploaded once per wave.
+        """
+        if not store.caps.device_reads:
+            return None
+        chain = self.chain(codec)
+        readable = chain.compressor in files.DEVICE_READ_FORMATS
+        if not chain.gpu_decode or chain.crc32c or not readable:
+            return None
+        paths = [store.local_file(k) for k in keys]
+        present = [p for p in paths if p is not None]
+        chunks = files.read_files(present, chain.compressor) if present else []
+        if chunks is None:
+            count("gpu_device_read_retries")
+            return None
+        count("gpu_device_reads", len(present))
+        found = iter(chunks)
+        return [None if p is None else next(found) for p in paths]
+
     def read_direct(self, store: ChunkStore, key: str, codec: Codec, dest: Any) -> int | None:
-        """Not here: chunks are fetched on the host and uploaded once per wave."""
-        return -1
+        """An uncompressed chunk of a local file straight into ``dest`` with kvikio."""
+        if not (
+            store.caps.device_reads
+            and codec.raw
+            and dest.flags.c_contiguous
+            and dest.dtype == codec.dtype
+        ):
+            return -1
+        path = store.local_file(key)
+        if path is None:
+            return None
+        size = files.read_file_exact(path, dest.reshape(-1).view(cupy.uint8))
+        if size is not None and size >= 0:
+            count("gpu_device_reads")
+        return size
 
     # ------------------------------------------------------------------ codecs
 
@@ -132,7 +174,7 @@ class GpuBackend:
 
             def on_cpu(item: DecodeItem) -> Any:
                 try:
-                    return np.ascontiguousarray(codec.decode(item.raw))
+                    return np.ascontiguousarray(codec.decode(_host(item.raw)))
                 except Exception as exc:
                     reraise_decode(name(item.key, item.inner), exc)
                     raise  # pragma: no cover
@@ -159,7 +201,7 @@ class GpuBackend:
         """
         for item in items:
             try:
-                codec.decode(item.raw)
+                codec.decode(_host(item.raw))
             except Exception as cpu_exc:
                 reraise_decode(name(item.key, item.inner), cpu_exc)
         first = name(items[0].key, items[0].inner)

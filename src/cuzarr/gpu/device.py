@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -48,6 +47,7 @@ from cuzarr.codecs.base import Buf
 from cuzarr.codecs.crc32c_ import Crc32cCodec
 from cuzarr.errors import CorruptChunkError, CuzarrError, UnsupportedError
 from cuzarr.gpu import blosc_frames, streams
+from cuzarr.gpu.files import ALIGN, DeviceChunk, aligned_slots, span
 from cuzarr.gpu.kernels import SOURCE
 from cuzarr.gpu.plan import MAX_SCATTER_DIMS, GpuChain, pack
 
@@ -55,17 +55,13 @@ __all__ = [
     "all_fill",
     "decode_chunks",
     "encode_chunks",
-    "gdsinfo",
     "gpu_only_decode",
     "gpu_only_encode",
-    "read_file_into",
     "to_chunk",
 ]
 
 #: Most streams in one nvCOMP call.
 MAX_BATCH = 65536
-#: Alignment of every nvCOMP input and output (>= any algorithm's required alignment).
-ALIGN = 16
 #: nvCOMP's safe chunk size for LZ4/Snappy/Cascaded/Bitcomp/ANS RAW encode (gpu-facts.md).
 MAX_RAW_ENCODE = 16 * 1024 * 1024
 _THREADS = 256
@@ -106,19 +102,6 @@ def _as_u8(arr: Any) -> Any:
     return cupy.asarray(arr).view(cupy.uint8).reshape(-1)
 
 
-def _slots(sizes: Sequence[int], align: int) -> list[int]:
-    """Start of each of ``sizes`` bytes laid out back to back, every start ``align``-aligned."""
-    starts, pos = [], 0
-    for n in sizes:
-        starts.append(pos)
-        pos += (int(n) + align - 1) // align * align
-    return starts
-
-
-def _total(starts: Sequence[int], sizes: Sequence[int]) -> int:
-    return int(starts[-1]) + int(sizes[-1]) if len(starts) else 0
-
-
 def decode_batch(
     algorithm: str,
     src: Any,
@@ -145,8 +128,8 @@ def decode_batch(
         When nvCOMP fails on a stream or a stream decodes to another size (``chunk #i``).
     """
     n = len(sizes)
-    starts = _slots(out_sizes, ALIGN)
-    out = cupy.empty(max(1, _total(starts, out_sizes)), cupy.uint8)
+    starts = aligned_slots(out_sizes, ALIGN)
+    out = cupy.empty(max(1, span(starts, out_sizes)), cupy.uint8)
     if n == 0:
         return out, starts
     codec = _codec(algorithm)
@@ -180,8 +163,8 @@ def encode_batch(
     codec = _codec(algorithm, kind, **options)
     arrays = [nvcomp.as_array(a) for a in inputs]
     bounds = [int(codec.get_max_comp_buffer_size(a)) for a in arrays]
-    starts = _slots(bounds, ALIGN)
-    out = cupy.empty(max(1, _total(starts, bounds)), cupy.uint8)
+    starts = aligned_slots(bounds, ALIGN)
+    out = cupy.empty(max(1, span(starts, bounds)), cupy.uint8)
     outs = nvcomp.as_arrays(out, starts, bounds)
     config = codec.compression_config([int(a.size) for a in inputs])
     sizes = codec.encode(nvcomp.as_arrays(arrays), out=outs, compression_config=config).buffer_sizes
@@ -289,6 +272,31 @@ def copy_ranges(src: Any, dst: Any, ranges: Sequence[tuple[int, int, int]]) -> N
     _table_launch("cuzarr_scatter", src, dst, table, table[:, 2].copy(), np.int64(1))
 
 
+def _decode_device_chunks(chain: GpuChain, chunks: Sequence[DeviceChunk], nbytes: int) -> list[Any]:
+    """Decode chunks already in device memory (one :func:`read_files` wave)."""
+    comp = chain.compressor
+    buf = chunks[0].buffer  # one read_files wave: one buffer
+    offsets: list[int] = []
+    lengths: list[int] = []
+    for i, c in enumerate(chunks):
+        try:
+            if comp is None:
+                if c.size != nbytes:
+                    raise CorruptChunkError(f"stored {c.size} bytes, expected {nbytes}")
+                offsets.append(c.offset)
+                continue
+            # The head holds the whole prefix (locate refuses a shorter one).
+            stream = streams.locate(comp, c.head, nbytes)
+        except CuzarrError as exc:
+            raise type(exc)(f"chunk #{i}: {exc}") from exc
+        offsets.append(c.offset + stream.offset)
+        lengths.append(c.size - stream.offset)
+    if comp is None:
+        return [buf[o : o + nbytes] for o in offsets]
+    out, starts = decode_batch(_ALGORITHM[comp], buf, offsets, lengths, [nbytes] * len(chunks))
+    return [out[s : s + nbytes] for s in starts]
+
+
 # ---------------------------------------------------------------------- chunk decode
 
 
@@ -299,11 +307,12 @@ def _strip_crc(chain: GpuChain, raw: Buf) -> Buf:
     return data
 
 
-def decode_chunks(chain: GpuChain, raws: Sequence[Buf], nbytes: int) -> list[Any]:
+def decode_chunks(chain: GpuChain, raws: Sequence[Any], nbytes: int) -> list[Any]:
     """Decode stored chunks of one chain to flat uint8 device arrays (stored element order).
 
-    Wrappers are checked and stripped on the host, the raw streams packed into one pinned
-    buffer and uploaded in one copy, then decoded with one nvCOMP call per algorithm.
+    Host bytes: wrappers are checked and stripped on the host, the raw streams packed into
+    one pinned buffer and uploaded in one copy, then decoded with one nvCOMP call per
+    algorithm. :class:`DeviceChunk` s (device reads) are decoded where they are.
 
     Raises
     ------
@@ -312,6 +321,8 @@ def decode_chunks(chain: GpuChain, raws: Sequence[Buf], nbytes: int) -> list[Any
         of the chunk in ``raws``; the engine adds the key).
     """
     comp = chain.compressor
+    if raws and isinstance(raws[0], DeviceChunk):
+        return _decode_device_chunks(chain, raws, nbytes)
     if comp == "blosc":
         return _decode_blosc(chain, raws, nbytes)
     parts: list[Buf] = []
@@ -471,29 +482,3 @@ def gpu_only_encode(algorithm: str, config: dict[str, Any], data: bytes) -> byte
     dev = cupy.asarray(np.frombuffer(data, np.uint8))
     codec = _codec(algorithm, "NVCOMP_NATIVE", **config)
     return bytes(cupy.asnumpy(_as_u8(codec.encode(nvcomp.as_array(dev)))))
-
-
-# ---------------------------------------------------------------------- I/O report
-
-
-def gdsinfo() -> dict[str, Any]:
-    """Whether kvikio reads go through GPUDirect Storage, and its settings [kvikio]."""
-    import kvikio
-    import kvikio.defaults
-
-    info: dict[str, Any] = {"kvikio": getattr(kvikio, "__version__", "?")}
-    try:
-        info["compat_mode"] = bool(kvikio.defaults.is_compat_mode_preferred())
-    except Exception as exc:  # the probe reports what failed
-        info["compat_mode_error"] = f"{type(exc).__name__}: {exc}"
-    info["gds"] = info.get("compat_mode") is False
-    info["threads"] = os.environ.get("KVIKIO_NTHREADS")
-    return info
-
-
-def read_file_into(path: str, out: Any, offset: int = 0) -> int:
-    """Read ``out.nbytes`` bytes of a local file at ``offset`` into a device buffer [kvikio]."""
-    import kvikio
-
-    with kvikio.CuFile(path, "r") as f:
-        return int(f.pread(out, out.nbytes, offset).get())

@@ -72,7 +72,8 @@ class StoreCaps:
     listing : bool
         :meth:`ChunkStore.list_dir` and :meth:`ChunkStore.list_sizes` work.
     device_reads : bool
-        The store can read into device (GPU) memory.
+        Objects are local files (:meth:`ChunkStore.local_file`) that the GPU backend reads
+        straight into device memory with kvikio (GPUDirect Storage where the system has it).
     lock_root : str or None
         A folder for cross-process write locks (local folders), see :mod:`cuzarr.engine.locks`.
     concurrency : int or None
@@ -319,6 +320,14 @@ class ChunkStore(Protocol):
         """Raise :class:`~cuzarr.errors.ReadOnlyError` before any write to a read-only store."""
         ...
 
+    def local_file(self, key: str) -> str | None:
+        """The path of the file holding ``key`` (:attr:`StoreCaps.device_reads`).
+
+        ``None`` if it does not exist. Readers of the path must detect a replacement between
+        two looks (writers replace files atomically: the inode changes).
+        """
+        ...
+
     def list_dir(self, prefix: str) -> list[str]:
         """Names directly below ``prefix`` (``""`` or ending in ``/``), sorted."""
         ...
@@ -389,6 +398,10 @@ class BaseChunkStore:
     def open_object(self, key: str) -> ObjectReader | None:
         """Refused: this store has no :attr:`StoreCaps.open_object`."""
         raise UnsupportedError(f"{self.name} cannot open one version of an object for reads")
+
+    def local_file(self, key: str) -> str | None:
+        """Refused: this store has no :attr:`StoreCaps.device_reads`."""
+        raise UnsupportedError(f"{self.name} keeps no local files for device reads")
 
     def list_dir(self, prefix: str) -> list[str]:
         """Refused unless the store implements listing."""

@@ -126,9 +126,9 @@ class ObjectCache:
 class CachedChunkStore(BaseChunkStore):
     """A :class:`~cuzarr.stores.base.ChunkStore` serving whole objects from an :class:`ObjectCache`.
 
-    Its capabilities are the inner store's, less positional and open-object reads (served from
-    memory or fetched whole); reads with ``fresh=True`` (a read-modify-write about to put a new
-    version) or ``if_match`` bypass the cache.
+    Its capabilities are the inner store's, less positional, open-object and device reads
+    (served from memory or fetched whole); reads with ``fresh=True`` (a read-modify-write about
+    to put a new version) or ``if_match`` bypass the cache.
 
     Parameters
     ----------
@@ -143,7 +143,12 @@ class CachedChunkStore(BaseChunkStore):
         self.cache = cache
         self.name: str = inner.name
         self.caps = replace(
-            inner.caps, remote=True, read_into=False, open_object=False, small_reads=False
+            inner.caps,
+            remote=True,
+            read_into=False,
+            open_object=False,
+            small_reads=False,
+            device_reads=False,
         )
 
     def __repr__(self) -> str:

@@ -119,6 +119,7 @@ class LocalChunkStore(BaseChunkStore):
             read_into=True,
             open_object=True,
             small_reads=True,
+            device_reads=True,
             # Cross-process write locks for this folder (cuzarr.engine.locks.file_locks).
             lock_root=os.path.realpath(self.root),
         )
@@ -205,6 +206,11 @@ class LocalChunkStore(BaseChunkStore):
             return size
         finally:
             os.close(fd)
+
+    def local_file(self, key: str) -> str | None:
+        """The file of ``key``, or ``None`` if it does not exist."""
+        path = self._path(key)
+        return path if os.path.isfile(path) else None
 
     def open_object(self, key: str) -> _FileReader | None:
         """Open a file for ranged reads of one version (``None`` if missing)."""
