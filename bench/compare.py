@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from bench import interleave
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "bench" / "results"
 
@@ -71,7 +73,8 @@ THREAD_CONTROLS = {
     "floor": "python-zstandard (zstd decode, as cuzarr) or numcodecs decode/encode with out= "
     "buffers on a ThreadPoolExecutor of N threads",
     "all": "numcodecs.blosc.use_threads=False in every process (blosc never adds threads of its "
-    "own); each engine and thread count runs in a fresh subprocess",
+    "own); each engine and thread count has one persistent worker process, and the engines "
+    "take turns cell by cell (rounds in rotating order, bench/interleave.py)",
 }
 
 
@@ -767,49 +770,6 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
-def run_worker(job: dict[str, Any]) -> dict[str, Any]:
-    """Body of a ``--worker`` subprocess: one engine at one thread count, every cell."""
-    _limit_blosc()
-    engine, threads = job["engine"], job["threads"]
-    data_dir, scratch = Path(job["data"]), Path(job["scratch"])
-    sets = datasets_for(job["size"])
-    cells = []
-    adapter = None if engine == FLOOR else make_adapter(engine, threads)
-    if engine in CUZARR_ENGINES:
-        import cuzarr
-
-        cuzarr.reset_stats()
-    for key in job["datasets"]:
-        for workload in job["workloads"]:
-            ds = sets[key]
-            if adapter is None and workload not in FLOOR_WORKLOADS:
-                continue
-            _progress(f"{engine} threads={threads} ({key}) {workload}")
-            if adapter is None:
-                cell = measure_floor(
-                    ds, workload, data_dir=data_dir, repeats=job["repeats"], threads=threads
-                )
-            else:
-                cell = measure(
-                    adapter,
-                    ds,
-                    workload,
-                    data_dir=data_dir,
-                    scratch=scratch,
-                    repeats=job["repeats"],
-                    threads=threads,
-                )
-            if cell["error"]:
-                _progress(f"  -> {cell['error']}")
-            cells.append(cell)
-    stats = None
-    if engine in CUZARR_ENGINES:
-        import cuzarr
-
-        stats = cuzarr.stats()
-    return {"cells": cells, "cuzarr_stats": stats}
-
-
 def run_rss(job: dict[str, Any]) -> dict[str, Any]:
     """Body of an ``--rss`` subprocess: peak RSS of one whole-array read, over a baseline.
 
@@ -1077,6 +1037,10 @@ def evaluate_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [t for t in targets if t["dataset"] in present]
 
 
+def _fmt_share(x: float | None) -> str:
+    return "unknown" if x is None else f"{100 * x:.1f} %"
+
+
 def _fmt_ratio(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}x"
 
@@ -1101,7 +1065,8 @@ def format_markdown(doc: dict[str, Any]) -> str:
         f"# cuzarr vs peers: {doc['name']}",
         "",
         f"- Run at {doc['created']} ({'quick mode' if doc['args']['quick'] else 'full'}), "
-        f"size {doc['args']['size']}, best of {doc['args']['repeats']}, threads "
+        f"size {doc['args']['size']}, {doc['args'].get('rounds', 1)} round(s) of every engine "
+        f"in rotating order (best of {doc['args']['repeats']} per round), threads "
         f"{', '.join(map(str, doc['args']['threads']))}.",
         f"- Load average before/after: {doc['load_before']} / {doc['load_after']} "
         f"({env['cpus_usable']} usable CPUs). Numbers from a loaded machine are not final.",
@@ -1109,7 +1074,10 @@ def format_markdown(doc: dict[str, Any]) -> str:
         f"memory {(env.get('memory_bytes') or 0) / 2**30:.1f} GiB.",
         f"- Commit {env.get('git_commit')} (dirty: {env.get('git_dirty')}); versions: "
         + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
-        "- MB/s = decoded bytes of the selection / best time (1 MB = 10^6 B). "
+        f"- CPU time stolen by the hypervisor during the run: "
+        f"{_fmt_share(doc.get('steal_fraction'))}.",
+        "- MB/s = decoded bytes of the selection / the median over rounds of each round's time "
+        "(1 MB = 10^6 B); ratios and targets use these medians. "
         "`best peer` = fastest of zarr, zarr-fused, zarrs, tensorstore. n/a = not measured, "
         "unsupported, or failed (see the JSON's `error`); wrong data never gets a number.",
         "",
@@ -1208,6 +1176,23 @@ def format_markdown(doc: dict[str, Any]) -> str:
                     else f"{r['over_baseline_bytes'] / 2**20:.0f}"
                 )
             lines.append("| " + " | ".join(row) + " |")
+    if doc.get("round_ratios"):
+        lines += [
+            "",
+            f"## Ratios to the best peer over rounds ({top} thread(s))",
+            "",
+            "Each round's ratio uses that round's times of every engine (the best peer of "
+            "that round); min / median / max over rounds.",
+            "",
+            "| dataset | workload | engine | min | median | max |",
+            "|---|---|---|---|---|---|",
+        ]
+        for rr in doc["round_ratios"]:
+            if rr["threads"] == top:
+                lines.append(
+                    f"| ({rr['dataset']}) | {rr['workload']} | {rr['engine']} | "
+                    f"{rr['min']:.2f}x | {rr['median']:.2f}x | {rr['max']:.2f}x |"
+                )
     errors = [c for c in doc["results"] if c["error"]]
     if errors:
         lines += ["", "## Cells without a number", ""]
@@ -1255,7 +1240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="small sizes (--size 64), 1 repeat, threads 1: a smoke test",
+        help="small sizes (--size 64), 1 round, threads 1: a smoke test",
     )
     p.add_argument("--size", type=int, default=None, help="edge of the cube datasets (512)")
     p.add_argument(
@@ -1276,7 +1261,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(WORKLOADS),
         help=f"subset of {','.join(WORKLOADS)} (all)",
     )
-    p.add_argument("--repeats", type=int, default=None, help="repeats per cell, best counts (3)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="rounds per cell, engines interleaved in rotating order; the median counts (4)",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=None, help="repeats per engine in a round, best counts (1)"
+    )
     p.add_argument("--threads", type=_threads, default=None, help="thread counts to run (1,2)")
     p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS subprocesses")
     p.add_argument("--no-floor", action="store_true", help="skip the codec floor")
@@ -1296,10 +1289,88 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _run_interleaved(
+    doc: dict[str, Any],
+    args: argparse.Namespace,
+    engines: Sequence[str],
+    threads: int,
+    size: int,
+    rounds: int,
+    repeats: int,
+    data_dir: Path,
+    scratch: Path,
+) -> None:
+    """Every cell in ``rounds`` rounds of all engines, rotating the order (bench/interleave.py)."""
+    base = {"threads": threads, "size": size, "data": str(data_dir), "scratch": str(scratch)}
+    workers: dict[str, interleave.Worker] = {}
+    try:
+        for engine in engines:
+            _progress(f"starting worker {engine} threads={threads}")
+            workers[engine] = interleave.Worker({**base, "engine": engine}, REPO)
+        for key in args.datasets:
+            for workload in args.workloads:
+                active = [e for e in engines if e != FLOOR or workload in FLOOR_WORKLOADS]
+                per_engine: dict[str, list[dict[str, Any]]] = {e: [] for e in active}
+                _progress(f"threads={threads} ({key}) {workload}: {rounds} round(s)")
+                for r in range(rounds):
+                    k = r % len(active)
+                    for engine in active[k:] + active[:k]:
+                        cmd = {"cmd": "cell", "dataset": key, "workload": workload,
+                               "repeats": repeats}
+                        per_engine[engine].append(workers[engine].ask(cmd))
+                for engine in active:
+                    cell = interleave.merge_rounds(per_engine[engine])
+                    if cell["error"]:
+                        _progress(f"  {engine} -> {cell['error']}")
+                    doc["results"].append(cell)
+                doc["round_ratios"] += interleave.round_ratios(per_engine, CUZARR_ENGINES, PEERS)
+        for engine in engines:
+            if engine in CUZARR_ENGINES:
+                stats = workers[engine].ask({"cmd": "stats"})["cuzarr_stats"]
+                doc["cuzarr_stats"][f"{engine}/threads={threads}"] = stats
+    finally:
+        for w in workers.values():
+            w.close()
+
+
+def run_server(job: dict[str, Any]) -> None:
+    """Body of a ``--serve`` worker: one engine at one thread count, cells on request."""
+    _limit_blosc()
+    engine, threads = job["engine"], job["threads"]
+    data_dir, scratch = Path(job["data"]), Path(job["scratch"])
+    sets = datasets_for(job["size"])
+    adapter = None if engine == FLOOR else make_adapter(engine, threads)
+    if engine in CUZARR_ENGINES:
+        import cuzarr
+
+        cuzarr.reset_stats()
+
+    def run_cell(key: str, workload: str, repeats: int) -> dict[str, Any]:
+        ds = sets[key]
+        if adapter is None:
+            return measure_floor(ds, workload, data_dir=data_dir, repeats=repeats, threads=threads)
+        return measure(
+            adapter, ds, workload, data_dir=data_dir, scratch=scratch, repeats=repeats,
+            threads=threads,
+        )
+
+    def stats() -> dict[str, int] | None:
+        if engine not in CUZARR_ENGINES:
+            return None
+        import cuzarr
+
+        return cuzarr.stats()
+
+    interleave.serve(job, run_cell, stats)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the comparison the parsed ``args`` describe; return the results document."""
     size = args.size or (64 if args.quick else 512)
-    repeats = args.repeats or (1 if args.quick else 3)
+    repeats = args.repeats or 1
+    rounds = args.rounds or (1 if args.quick else 4)
+    if rounds < 1:
+        raise SystemExit("--rounds: expected an integer >= 1")
     threads = args.threads or ([1] if args.quick else [1, 2])
     if repeats < 1:
         raise SystemExit("--repeats: expected an integer >= 1")
@@ -1311,9 +1382,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "name": name,
         "created": created.isoformat(),
         "load_before": [round(x, 2) for x in os.getloadavg()],
+        "cpu_times_before": interleave.cpu_times(),
         "args": {
             "quick": bool(args.quick),
             "size": size,
+            "rounds": rounds,
             "repeats": repeats,
             "threads": threads,
             "datasets": args.datasets,
@@ -1326,6 +1399,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "thread_controls": THREAD_CONTROLS,
         "dataset_specs": {k: sets[k].to_json() for k in args.datasets},
         "results": [],
+        "round_ratios": [],
         "rss": [],
         "cuzarr_stats": {},
     }
@@ -1336,21 +1410,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         generate(data_dir, size, args.datasets, _progress)
         engines = list(args.engines) + ([] if args.no_floor else [FLOOR])
         for n in threads:
-            for engine in engines:
-                job = {
-                    "engine": engine,
-                    "threads": n,
-                    "size": size,
-                    "repeats": repeats,
-                    "datasets": args.datasets,
-                    "workloads": args.workloads,
-                    "data": str(data_dir),
-                    "scratch": str(scratch),
-                }
-                out = _subprocess("--worker", job)
-                doc["results"] += out["cells"]
-                if out["cuzarr_stats"] is not None:
-                    doc["cuzarr_stats"][f"{engine}/threads={n}"] = out["cuzarr_stats"]
+            _run_interleaved(doc, args, engines, n, size, rounds, repeats, data_dir, scratch)
         if not args.no_rss and "read_all" in args.workloads:
             # Untimed, so these run side by side (peak RSS is per process).
             jobs = [
@@ -1368,6 +1428,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
                 doc["rss"] = list(pool.map(lambda job: _subprocess("--rss", job), jobs))
     doc["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    doc["cpu_times_after"] = interleave.cpu_times()
+    doc["steal_fraction"] = interleave.steal_fraction(
+        doc["cpu_times_before"], doc["cpu_times_after"]
+    )
     doc["verified"] = not any(
         (c["error"] or "").startswith("WRONG") for c in (*doc["results"], *doc["rss"])
     )
@@ -1377,8 +1441,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--worker"]:
-        print(json.dumps(run_worker(json.loads(argv[1]))))
+    if argv[:1] == ["--serve"]:
+        run_server(json.loads(argv[1]))
         return 0
     if argv[:1] == ["--rss"]:
         print(json.dumps(run_rss(json.loads(argv[1]))))

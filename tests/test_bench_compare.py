@@ -247,3 +247,69 @@ def test_cli_compare_forwards_and_explains(
     monkeypatch.setattr(cli, "_checkout_root", lambda: None)  # an installed package
     assert cli.main(["bench", "--compare", "--quick"]) == 2
     assert "python -m bench.compare" in capsys.readouterr().err
+
+
+def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
+    """Three rounds: every cell has a time per round and the headline is their median; per-round
+    ratios to the best peer are reported (bench/interleave.py)."""
+    from bench import interleave
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.compare",
+            "--quick",
+            "--rounds",
+            "3",
+            "--datasets",
+            "a",
+            "--engines",
+            "cuzarr-api,zarr",
+            "--workloads",
+            "read_all,write_all",
+            "--no-rss",
+            "--name",
+            "r",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["args"]["rounds"] == 3
+    for c in doc["results"]:
+        assert c["error"] is None and len(c["seconds"]) == 3
+        assert c["best_seconds"] == min(c["seconds"])
+        assert c["mb_per_s"] == pytest.approx(c["nbytes"] / 1e6 / sorted(c["seconds"])[1])
+    ratios = {(r["engine"], r["workload"]): r for r in doc["round_ratios"]}
+    rr = ratios[("cuzarr-api", "read_all")]
+    assert len(rr["ratios"]) == 3 and rr["min"] <= rr["median"] <= rr["max"]
+    assert "## Ratios to the best peer over rounds" in (tmp_path / "r.md").read_text()
+    # Per-round ratios and the merge, on fake cells.
+    cells = [
+        {
+            "engine": e,
+            "threads": 1,
+            "dataset": "a",
+            "workload": "read_all",
+            "nbytes": 10**6,
+            "best_seconds": t,
+            "error": None,
+        }
+        for e, t in (("cuzarr", 1.0), ("zarr", 2.0))
+    ]
+    per_engine = {
+        "cuzarr": [cells[0], dict(cells[0], best_seconds=0.5)],
+        "zarr": [cells[1], dict(cells[1], best_seconds=2.0)],
+    }
+    (got,) = interleave.round_ratios(per_engine, ["cuzarr"], ["zarr"])
+    assert got["ratios"] == [2.0, 4.0] and got["median"] == 3.0
+    merged = interleave.merge_rounds(per_engine["cuzarr"])
+    assert merged["seconds"] == [1.0, 0.5] and merged["median_seconds"] == 0.75

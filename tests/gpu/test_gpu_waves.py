@@ -71,6 +71,8 @@ def test_one_wave_one_upload_one_decode_call(tmp_path, sim, compressors, algorit
         # gzip needs its trailer, crc32c the whole chunk, on the host: one pinned upload.
         assert not reads
         assert len(uploads) == 1 and uploads[0].info["pinned"], uploads
+    crc = any(isinstance(c, zarr.codecs.Crc32cCodec) for c in compressors)
+    assert cuzarr.stats().get("gpu_host_crc32c", 0) == (16 if crc else 0)
     assert cuzarr.stats().get("gpu_cpu_decodes", 0) == 0
 
 

@@ -45,6 +45,7 @@ from nvidia import nvcomp
 
 from cuzarr.codecs.base import Buf
 from cuzarr.codecs.crc32c_ import Crc32cCodec
+from cuzarr.diagnostics import count
 from cuzarr.errors import CorruptChunkError, CuzarrError, UnsupportedError
 from cuzarr.gpu import blosc_frames, streams
 from cuzarr.gpu.files import ALIGN, DeviceChunk, aligned_slots, span
@@ -301,9 +302,12 @@ def _decode_device_chunks(chain: GpuChain, chunks: Sequence[DeviceChunk], nbytes
 
 
 def _strip_crc(chain: GpuChain, raw: Buf) -> Buf:
+    """Verify and strip the chain's crc32c checksums, on the host (counted: no GPU path yet)."""
     data = raw
     for _ in range(chain.crc32c):
         data = Crc32cCodec().decode(data, None)
+    if chain.crc32c:
+        count("gpu_host_crc32c")
     return data
 
 
@@ -457,6 +461,8 @@ def encode_chunks(chain: GpuChain, chunks: Sequence[Any]) -> list[npt.NDArray[np
             blobs.append(np.frombuffer(wrapped, np.uint8))
     for _ in range(chain.crc32c):
         blobs = [np.frombuffer(bytes(Crc32cCodec().encode(b)), np.uint8) for b in blobs]
+    if chain.crc32c:
+        count("gpu_host_crc32c", len(blobs))  # computed on the host: no GPU path yet
     return blobs
 
 
