@@ -260,3 +260,25 @@ def test_stores_without_local_files_upload_from_the_host(sim):
     np.testing.assert_array_equal(cp.asnumpy(got), np.arange(64))
     assert not _events(sim, "cufile")
     assert len(_events(sim, "h2d")) == 1
+
+
+def test_sharded_writes_decode_and_encode_a_wave_in_one_call_each(tmp_path, sim):
+    a = cuzarr.create(
+        tmp_path / "a",
+        shape=(64, 64),
+        chunks=(8, 8),
+        shards=(32, 32),
+        dtype="<i4",
+        compressors=[zarr.codecs.ZstdCodec()],
+        device="gpu",
+    )
+    data = np.arange(64 * 64, dtype="<i4").reshape(64, 64)
+    sim.reset()
+    a[...] = cp.asarray(data)
+    assert [e.info["n"] for e in _events(sim, "encode")] == [64]  # 4 shards x 16 inner chunks
+    sim.reset()
+    a[3:20, 5:40] = cp.asarray(np.ones((17, 35), "<i4"))  # two shards, partly
+    data[3:20, 5:40] = 1
+    # The inner chunks the write keeps part of, from both shards: one decode; then one encode.
+    assert len(_events(sim, "decode")) == 1 and len(_events(sim, "encode")) == 1
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "a", mode="r")[...], data)

@@ -17,7 +17,7 @@ untouched inner chunks, and puts it once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,6 +196,37 @@ class _ShardWrite:
     #: Whether the shard was read (a read-modify-write), and what was read (``None``: missing).
     read: bool = False
     old: GetResult | None = None
+    #: Stored inner chunks the write keeps part of, to decode into ``src`` before ``fill``.
+    kept: list[DecodeItem] = field(default_factory=list)
+    #: Writes the new values into ``src`` (after ``kept`` is decoded); ``None``: nothing to do.
+    fill: Callable[[], None] | None = None
+
+
+def _merge_shards(ctx: ArrayContext, plans: Sequence[_ShardWrite], n: int) -> None:
+    """Decode what the writes keep of their shards' inner chunks, then write the new values.
+
+    Backends that batch (the GPU) decode the kept inner chunks of every shard of the wave in
+    one call; the CPU decodes each shard's on its own task, the shards in parallel.
+    """
+    sh = ctx.sharding
+    assert sh is not None
+    backend = ctx.backend
+    kept = [item for w in plans for item in w.kept]
+    batching = backend.batching(sh.inner, len(kept), remote=False, op="decode")
+    if kept and not batching.parallel:
+        backend.decode(sh.inner, kept, ctx.where)
+        for w in plans:
+            if w.fill is not None:
+                w.fill()
+        return
+
+    def one(w: _ShardWrite) -> None:
+        if w.kept:
+            backend.decode(sh.inner, w.kept, ctx.where)
+        if w.fill is not None:
+            w.fill()
+
+    parallel_map(one, plans, n)
 
 
 def write_shards(
@@ -221,6 +252,7 @@ def write_shards(
                     )
                     if p is not None
                 ]
+                _merge_shards(ctx, plans, n)
                 tasks = [(w, i, region) for w in plans for i, region in w.touched]
                 batching = backend.batching(
                     sh.inner, len(tasks), remote=store.caps.remote, op="encode"
@@ -272,7 +304,10 @@ def _plan_shard(
     value: Any,
     drop_axes: tuple[int, ...],
 ) -> _ShardWrite | None:
-    """Read the inner chunks a write keeps and gather the new values of those it touches."""
+    """Read the shard a write keeps part of; plan the merge of its touched inner chunks.
+
+    The kept inner chunks are decoded and the new values written by :func:`_merge_shards`.
+    """
     sh = ctx.sharding
     assert sh is not None
     shard_shape = ctx.codec.shape
@@ -331,13 +366,22 @@ def _plan_shard(
             buf[region] = ctx.fill
         else:
             kept.append(DecodeItem(stored, buf[region], req.key, b))
-    if kept:
-        backend.decode(sh.inner, kept, ctx.where)
     sel = rebase(req.chunk_selection, lo, buf.shape)
-    if value.ndim == 0:
-        buf[sel] = value
-    else:
-        buf[sel] = _expand(value[req.out_selection], len(shard_shape), drop_axes)
+
+    def fill() -> None:
+        # After the kept inner chunks are decoded into ``buf`` (``_merge_shards``).
+        if value.ndim == 0:
+            buf[sel] = value
+        else:
+            buf[sel] = _expand(value[req.out_selection], len(shard_shape), drop_axes)
+
     return _ShardWrite(
-        key=req.key, src=buf, touched=touched, stored=old, read=not whole, old=got
+        key=req.key,
+        src=buf,
+        touched=touched,
+        stored=old,
+        read=not whole,
+        old=got,
+        kept=kept,
+        fill=fill,
     )
