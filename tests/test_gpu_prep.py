@@ -753,3 +753,45 @@ def test_gpu_only_codec_metadata():
         get_codec_class("cuzarr.gdeflate").from_dict(
             {"name": "cuzarr.gdeflate", "configuration": {"algorithm_type": 7}}
         )
+
+
+def test_cuzarr_device_gpu_without_a_gpu_keeps_zarr_on_numpy_or_raises_in_strict(
+    tmp_path, monkeypatch, caplog
+):
+    """CUZARR_DEVICE=gpu alone switches zarr to GPU buffers only where a GPU is usable."""
+    import zarr
+
+    from cuzarr import config
+    from cuzarr.backends import gpu_status
+
+    if gpu_status() is None:
+        pytest.skip("a GPU is usable here")
+    z = zarr.create_array(tmp_path / "a", shape=(8,), chunks=(4,), dtype="<i2")
+    z[...] = np.arange(8, dtype="<i2")
+    saved = {k: zarr.config.get(k) for k in ("buffer", "ndbuffer")}
+    from cuzarr import diagnostics
+
+    # The warning is logged once per process: forget an earlier one.
+    for message in [m for m in diagnostics._logged if m.startswith("CUZARR_DEVICE")]:
+        diagnostics._logged.discard(message)
+    monkeypatch.setenv("CUZARR_DEVICE", "gpu")
+    try:
+        for strict in ("0", "1"):
+            monkeypatch.setenv("CUZARR_STRICT", strict)
+            config._set_settings(None)  # settings from the environment again
+            with zarr.config.set({"codec_pipeline.path": "cuzarr.Pipeline"}):
+                a = zarr.open_array(tmp_path / "a", mode="r")
+                if strict == "0":
+                    with caplog.at_level("WARNING", logger="cuzarr"):
+                        got = a[...]
+                    assert isinstance(got, np.ndarray)
+                    np.testing.assert_array_equal(got, np.arange(8))
+                    assert "CUZARR_DEVICE=gpu, but" in caplog.text
+                else:
+                    with pytest.raises(UnsupportedError, match="CUZARR_DEVICE=gpu, but"):
+                        a[...]
+            assert {k: zarr.config.get(k) for k in saved} == saved
+    finally:
+        monkeypatch.delenv("CUZARR_DEVICE")
+        monkeypatch.delenv("CUZARR_STRICT")
+        config._set_settings(None)

@@ -16,9 +16,18 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Self
 
-from cuzarr.backends.probe import require_gpu
+from cuzarr.backends.probe import gpu_status, require_gpu
+from cuzarr.diagnostics import logger
 
-__all__ = ["Device", "Settings", "configure", "get_settings", "resolve_device", "settings_for"]
+__all__ = [
+    "Device",
+    "Settings",
+    "configure",
+    "get_settings",
+    "resolve_device",
+    "settings_for",
+    "zarr_gpu_buffers_for",
+]
 
 PIPELINE_PATH = "cuzarr.Pipeline"
 
@@ -155,6 +164,29 @@ def _set_settings(settings: Settings | None) -> None:
 #: zarr's configuration for GPU buffers (what ``zarr.config.enable_gpu()`` sets), and the defaults.
 _ZARR_GPU_BUFFERS = {"buffer": "zarr.buffer.gpu.Buffer", "ndbuffer": "zarr.buffer.gpu.NDBuffer"}
 _ZARR_CPU_BUFFERS = {"buffer": "zarr.buffer.cpu.Buffer", "ndbuffer": "zarr.buffer.cpu.NDBuffer"}
+
+
+def zarr_gpu_buffers_for(settings: Settings) -> str | None:
+    """Switch zarr to its GPU buffers for ``device="gpu"`` set by the environment.
+
+    With ``CUZARR_DEVICE=gpu`` and no :class:`configure` call, this makes plain zarr reads
+    return CuPy arrays, as ``configure(device="gpu")`` does. Called when zarr builds cuzarr's
+    pipeline for an array; a no-op for other devices and when zarr already uses non-default
+    buffers (``zarr.config.enable_gpu()``, or a user's own). Returns why it could not (no
+    usable GPU: zarr keeps its CPU buffers), else ``None``.
+    """
+    if settings.device is not Device.GPU:
+        return None
+    import zarr
+
+    if {k: zarr.config.get(k) for k in _ZARR_CPU_BUFFERS} != _ZARR_CPU_BUFFERS:
+        return None
+    status = gpu_status()
+    if status is not None:
+        return f"CUZARR_DEVICE=gpu, but {status}"
+    zarr.config.set(_ZARR_GPU_BUFFERS)
+    logger.info("CUZARR_DEVICE=gpu: zarr now uses its GPU buffers (reads return CuPy arrays)")
+    return None
 
 
 class configure:

@@ -6,7 +6,7 @@ import logging
 import threading
 from collections import Counter
 
-__all__ = ["count", "log_fallback", "reset_stats", "stats"]
+__all__ = ["count", "log_fallback", "log_once", "reset_stats", "stats"]
 
 logger = logging.getLogger("cuzarr")
 
@@ -44,3 +44,12 @@ def log_fallback(reason: str) -> None:
             return
         _logged.add(reason)
     logger.warning("cuzarr falls back to zarr-python's pipeline: %s", reason)
+
+
+def log_once(message: str) -> None:
+    """Log a warning once per distinct message."""
+    with _lock:
+        if message in _logged:
+            return
+        _logged.add(message)
+    logger.warning("cuzarr: %s", message)

@@ -89,3 +89,24 @@ def test_numpy_buffers_stay_on_the_cpu_engine(tmp_path):
         got = zarr.open_array(tmp_path / "a", mode="r")[...]
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, data)
+
+
+def test_cuzarr_device_gpu_from_the_environment_makes_plain_zarr_return_cupy(tmp_path, monkeypatch):
+    from cuzarr import config
+
+    data = _cpu_written(tmp_path / "a", "zstd")
+    monkeypatch.setenv("CUZARR_DEVICE", "gpu")
+    monkeypatch.setenv("CUZARR_STRICT", "1")
+    saved = {k: zarr.config.get(k) for k in ("buffer", "ndbuffer", "codec_pipeline.path")}
+    config._set_settings(None)  # the settings come from the environment again
+    try:
+        with zarr.config.set({"codec_pipeline.path": "cuzarr.Pipeline"}):
+            got = zarr.open_array(tmp_path / "a", mode="r")[...]
+        assert isinstance(got, cp.ndarray)
+        np.testing.assert_array_equal(cp.asnumpy(got), data)
+    finally:
+        zarr.config.set(saved)
+        config._set_settings(None)
+        monkeypatch.delenv("CUZARR_DEVICE")
+        monkeypatch.delenv("CUZARR_STRICT")
+        config._set_settings(None)
