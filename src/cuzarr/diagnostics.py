@@ -39,17 +39,13 @@ def reset_stats() -> None:
 
 def log_fallback(reason: str) -> None:
     """Log a fallback to zarr's pipeline, once per distinct reason."""
-    with _lock:
-        if reason in _logged:
-            return
-        _logged.add(reason)
-    logger.warning("cuzarr falls back to zarr-python's pipeline: %s", reason)
+    log_once(f"cuzarr falls back to zarr-python's pipeline: {reason}")
 
 
 def log_once(message: str) -> None:
-    """Log a warning once per distinct message."""
+    """Log a warning once per distinct message (per process)."""
     with _lock:
         if message in _logged:
             return
         _logged.add(message)
-    logger.warning("cuzarr: %s", message)
+    logger.warning("%s", message)

@@ -128,18 +128,17 @@ class Pipeline(CodecPipeline):
     def from_array_metadata_and_store(cls, array_metadata: ArrayMetadata, store: Store) -> Self:
         """Build the pipeline of one array: parse metadata, compile codecs, or fall back."""
         settings = get_settings()
-        # CUZARR_DEVICE=gpu alone (no configure call): zarr returns CuPy arrays from here on.
-        no_gpu = zarr_gpu_buffers_for(settings)
-        if no_gpu is not None:
-            if settings.strict:
-                fallback = compat.default_pipeline(array_metadata)
-                return cls(fallback=fallback, engine=None, settings=settings, reason=no_gpu)
-            diagnostics.log_once(f"{no_gpu}: zarr keeps its CPU buffers (NumPy results)")
         if compat.is_object_store(store):
             # obstore calls back into zarr's loop for this array's metadata requests (and into
             # it or cuzarr's for its chunks): drain both at exit (cuzarr.stores.io_loop).
             track_zarr_loop()
         fallback = compat.default_pipeline(array_metadata)
+        # CUZARR_DEVICE=gpu alone (no configure call): zarr returns CuPy arrays from here on.
+        no_gpu = zarr_gpu_buffers_for(settings)
+        if no_gpu is not None:
+            if settings.strict:
+                return cls(fallback=fallback, engine=None, settings=settings, reason=no_gpu)
+            diagnostics.log_once(f"{no_gpu}: zarr keeps its CPU buffers (NumPy results)")
         try:
             engine = engine_for_metadata(array_metadata, settings)
         except UnsupportedError as exc:

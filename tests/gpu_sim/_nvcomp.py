@@ -313,23 +313,27 @@ class DecompressConfig:
 # ---------------------------------------------------------------------- bitstreams
 
 
+def _lz4_length(src: bytes, i: int, value: int, what: str) -> tuple[int, int]:
+    """An LZ4 length: a 4-bit field of 15 continues in bytes until one is not 255."""
+    if value != 15:
+        return value, i
+    while True:
+        if i >= len(src):
+            raise ValueError(f"truncated {what} length")
+        b = src[i]
+        i += 1
+        value += b
+        if b != 255:
+            return value, i
+
+
 def _lz4_block_decode(src: bytes, limit: int | None) -> bytes:
     """Decode one raw LZ4 block (the format's own rules; a malformed block raises)."""
     out = bytearray()
     i, n = 0, len(src)
     while i < n:
         token = src[i]
-        i += 1
-        lit = token >> 4
-        if lit == 15:
-            while True:
-                if i >= n:
-                    raise ValueError("truncated literal length")
-                b = src[i]
-                i += 1
-                lit += b
-                if b != 255:
-                    break
+        lit, i = _lz4_length(src, i + 1, token >> 4, "literal")
         if i + lit > n:
             raise ValueError("literals run past the block")
         out += src[i : i + lit]
@@ -339,19 +343,9 @@ def _lz4_block_decode(src: bytes, limit: int | None) -> bytes:
         if i + 2 > n:
             raise ValueError("truncated match offset")
         offset = src[i] | src[i + 1] << 8
-        i += 2
         if offset == 0 or offset > len(out):
             raise ValueError(f"match offset {offset} outside the {len(out)} bytes decoded")
-        mlen = token & 15
-        if mlen == 15:
-            while True:
-                if i >= n:
-                    raise ValueError("truncated match length")
-                b = src[i]
-                i += 1
-                mlen += b
-                if b != 255:
-                    break
+        mlen, i = _lz4_length(src, i + 2, token & 15, "match")
         mlen += 4
         start = len(out) - offset
         if offset >= mlen:

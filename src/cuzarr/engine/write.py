@@ -202,7 +202,9 @@ class _ShardWrite:
     fill: Callable[[], None] | None = None
 
 
-def _merge_shards(ctx: ArrayContext, plans: Sequence[_ShardWrite], n: int) -> None:
+def _merge_shards(
+    ctx: ArrayContext, plans: Sequence[_ShardWrite], n: int, *, remote: bool
+) -> None:
     """Decode what the writes keep of their shards' inner chunks, then write the new values.
 
     Backends that batch (the GPU) decode the kept inner chunks of every shard of the wave in
@@ -212,7 +214,7 @@ def _merge_shards(ctx: ArrayContext, plans: Sequence[_ShardWrite], n: int) -> No
     assert sh is not None
     backend = ctx.backend
     kept = [item for w in plans for item in w.kept]
-    batching = backend.batching(sh.inner, len(kept), remote=False, op="decode")
+    batching = backend.batching(sh.inner, len(kept), remote=remote, op="decode")
     if kept and not batching.parallel:
         backend.decode(sh.inner, kept, ctx.where)
         for w in plans:
@@ -252,7 +254,7 @@ def write_shards(
                     )
                     if p is not None
                 ]
-                _merge_shards(ctx, plans, n)
+                _merge_shards(ctx, plans, n, remote=store.caps.remote)
                 tasks = [(w, i, region) for w in plans for i, region in w.touched]
                 batching = backend.batching(
                     sh.inner, len(tasks), remote=store.caps.remote, op="encode"

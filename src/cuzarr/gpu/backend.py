@@ -24,7 +24,7 @@ from cuzarr.backends.base import Batching, Codec, DecodeItem, Namer, Op, reraise
 from cuzarr.backends.cpu import parallel_map
 from cuzarr.codecs.base import Buf
 from cuzarr.config import Settings
-from cuzarr.diagnostics import count, logger
+from cuzarr.diagnostics import count, log_once
 from cuzarr.errors import CorruptChunkError, UnsupportedError
 from cuzarr.gpu import device, files
 from cuzarr.gpu.plan import GpuChain, classify_chain
@@ -35,18 +35,9 @@ __all__ = ["MAX_BATCH", "GpuBackend"]
 #: Most streams in one nvCOMP call.
 MAX_BATCH = 65536
 
-_logged: set[str] = set()
-
-
 def _host(raw: Any) -> Buf:
     """Stored bytes on the host (a device read's chunk is copied back: error paths only)."""
     return raw.host() if isinstance(raw, files.DeviceChunk) else raw
-
-
-def _log_once(message: str) -> None:
-    if message not in _logged:
-        _logged.add(message)
-        logger.warning("%s", message)
 
 
 class GpuBackend:
@@ -78,7 +69,7 @@ class GpuBackend:
         if chain.compressor == "blosc" and cfg.get("cname") == "blosclz":
             chain = GpuChain(cpu_reason="blosclz streams have no GPU decoder")
         if chain.cpu_reason is not None:
-            _log_once(f"GPU decodes of {codec.shape} chunks run on the CPU: {chain.cpu_reason}")
+            log_once(f"GPU decodes of {codec.shape} chunks run on the CPU: {chain.cpu_reason}")
         self._chains[id(codec)] = (codec, chain)
         return chain
 
