@@ -51,6 +51,27 @@ find_python() {
     return 1
 }
 
+# The test servers that are not Python packages (tests/loopback/node: Azurite, for the Azure
+# Blob tests), installed with npm from the pinned lock file. Stamped by the lock file's hash.
+install_node_servers() {
+    local dir="$root/tests/loopback/node" nstamp want_node
+    nstamp="$dir/node_modules/.cuzarr-install-stamp"
+    want_node="$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)"
+    [[ -f "$nstamp" && "$(cat "$nstamp")" == "$want_node" ]] && return 0
+    if ! command -v npm >/dev/null 2>&1; then
+        say "npm not found: the Azure Blob tests (Azurite) will be skipped"
+        say "(install Node.js >= 20 with npm, then run this script again)"
+        return 0
+    fi
+    say "installing the test servers (npm ci in tests/loopback/node: Azurite)"
+    (cd "$dir" && npm ci --silent --no-audit --no-fund --ignore-scripts >/dev/null)
+    echo "$want_node" >"$nstamp"
+}
+
+if [[ "$extra" == test || "$extra" == dev ]]; then
+    install_node_servers
+fi
+
 hash_of() { sha256sum "$root/pyproject.toml" | cut -d' ' -f1; }
 want="$(hash_of) $extra"
 

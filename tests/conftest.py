@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+# The loopback object-store servers (S3, GCS, Azure, HTTP) and the ``service`` matrix fixture.
+from loopback.fixtures import azurite, gcs, http_static, s3, service  # noqa: F401
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(

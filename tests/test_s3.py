@@ -17,7 +17,6 @@ import pickle
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,132 +26,16 @@ import zarr.storage
 
 import cuzarr
 from cuzarr.errors import NodeNotFoundError, StoreError
+from loopback.s3 import KEY, REGION, S3, SECRET
 
 pytestmark = pytest.mark.s3
 
-moto_server = pytest.importorskip("moto.server")
 boto3 = pytest.importorskip("boto3")
 obstore = pytest.importorskip("obstore")
 
-KEY = "testing"
-SECRET = "testing"
-REGION = "us-east-1"
-
 
 # ---------------------------------------------------------------------------- servers
-
-
-@dataclass
-class Request:
-    method: str
-    path: str
-    range: str | None
-    if_match: str | None
-    if_none_match: str | None
-    status: int = 0
-    nbytes: int = 0
-
-
-@dataclass
-class RequestLog:
-    """What the S3 server saw: every request, with the response bytes it sent."""
-
-    entries: list[Request] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def clear(self) -> None:
-        with self.lock:
-            self.entries.clear()
-
-    def for_bucket(self, bucket: str, method: str | None = None) -> list[Request]:
-        with self.lock:
-            return [
-                e
-                for e in self.entries
-                if e.path.startswith(f"/{bucket}/") and (method is None or e.method == method)
-            ]
-
-
-class _Counting:
-    """WSGI middleware: log each request and the body bytes of its response."""
-
-    def __init__(self, app: Any, log: RequestLog) -> None:
-        self.app = app
-        self.log = log
-
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
-        entry = Request(
-            method=environ["REQUEST_METHOD"],
-            path=environ.get("PATH_INFO", ""),
-            range=environ.get("HTTP_RANGE"),
-            if_match=environ.get("HTTP_IF_MATCH"),
-            if_none_match=environ.get("HTTP_IF_NONE_MATCH"),
-        )
-
-        def start(status: str, headers: Any, *args: Any) -> Any:
-            # Logged before the response leaves: the client cannot see it first.
-            entry.status = int(status.split()[0])
-            length = [v for k, v in headers if k.lower() == "content-length"]
-            entry.nbytes = int(length[0]) if length and environ["REQUEST_METHOD"] == "GET" else 0
-            with self.log.lock:
-                self.log.entries.append(entry)
-            return start_response(status, headers, *args)
-
-        return self.app(environ, start)
-
-
-@dataclass
-class S3:
-    endpoint: str
-    log: RequestLog
-
-    def options(self, **extra: Any) -> dict[str, Any]:
-        """s3fs-style storage options (cuzarr and zarr's FsspecStore both take them)."""
-        return {
-            "endpoint_url": self.endpoint,
-            "key": KEY,
-            "secret": SECRET,
-            "client_kwargs": {"region_name": REGION},
-            **extra,
-        }
-
-    def client(self) -> Any:
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=KEY,
-            aws_secret_access_key=SECRET,
-            region_name=REGION,
-        )
-
-    def obstore(self, bucket: str, prefix: str = "") -> Any:
-        from obstore.store import S3Store
-
-        return S3Store(
-            bucket,
-            prefix=prefix or None,
-            endpoint=self.endpoint,
-            access_key_id=KEY,
-            secret_access_key=SECRET,
-            region=REGION,
-            virtual_hosted_style_request=False,
-            client_options={"allow_http": True},
-        )
-
-
-@pytest.fixture(scope="session")
-def s3() -> Iterator[S3]:
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    log = RequestLog()
-    # The server's WSGI app, wrapped to log what it serves (werkzeug reads ``server.app``).
-    server._server.app = _Counting(server._server.app, log)
-    host, port = server.get_host_and_port()
-    assert host == "127.0.0.1"
-    try:
-        yield S3(endpoint=f"http://{host}:{port}", log=log)
-    finally:
-        server.stop()
+# The session's moto server is the ``s3`` fixture (tests/loopback/fixtures.py).
 
 
 @pytest.fixture
@@ -405,8 +288,8 @@ def test_partial_sharded_read_fetches_only_needed_ranges(
 
     s3.log.clear()
     np.testing.assert_array_equal(a[10:20, 33:47], expected[10:20, 33:47])
-    gets = s3.log.for_bucket(bucket, "GET")
-    assert len(s3.log.for_bucket(bucket)) == len(gets) == 1 + len(runs)
+    gets = s3.log.under(f"/{bucket}/", "GET")
+    assert len(s3.log.under(f"/{bucket}/")) == len(gets) == 1 + len(runs)
     suffix = [g for g in gets if g.range == f"bytes=-{index_nbytes}"]
     assert len(suffix) == 1 and suffix[0].nbytes == index_nbytes
     ranged = sorted(g.range for g in gets if g is not suffix[0])
@@ -417,7 +300,7 @@ def test_partial_sharded_read_fetches_only_needed_ranges(
     # The same Array reads the shard again without its index: cached across calls.
     s3.log.clear()
     np.testing.assert_array_equal(a[8:24, 32:48], expected[8:24, 32:48])
-    gets = s3.log.for_bucket(bucket, "GET")
+    gets = s3.log.under(f"/{bucket}/", "GET")
     assert len(gets) == len(runs)
     assert all(g.range != f"bytes=-{index_nbytes}" for g in gets)
 
@@ -430,13 +313,13 @@ def test_partial_read_of_many_shards_coalesces_per_shard(
     s3.log.clear()
     # Touches all four shards, 2x2 inner chunks of each: one index + one coalesced range each.
     np.testing.assert_array_equal(a[20:44, 20:44], expected[20:44, 20:44])
-    gets = s3.log.for_bucket(bucket, "GET")
+    gets = s3.log.under(f"/{bucket}/", "GET")
     assert len(gets) == 8
     assert sum(1 for g in gets if g.range and g.range.startswith("bytes=-")) == 4
     # A second read of the same shards needs no index (cached across calls).
     s3.log.clear()
     np.testing.assert_array_equal(a[16:48, 16:48], expected[16:48, 16:48])
-    gets = s3.log.for_bucket(bucket, "GET")
+    gets = s3.log.under(f"/{bucket}/", "GET")
     assert len(gets) == 4 and not any(g.range.startswith("bytes=-") for g in gets)
 
 
@@ -455,13 +338,13 @@ def test_small_shards_are_fetched_whole_in_one_request(
     # 2x2 of 16 inner chunks of each 4 KiB shard: the unneeded 3 KiB cost less than a
     # round trip, so each shard is one GET of the whole object (its index included).
     np.testing.assert_array_equal(a[20:44, 20:44], expected[20:44, 20:44])
-    gets = s3.log.for_bucket(bucket, "GET")
+    gets = s3.log.under(f"/{bucket}/", "GET")
     assert sorted(g.path for g in gets) == sorted(shard_keys)
     assert all(g.range is None and g.nbytes == sizes[g.path] for g in gets)
     # The index came with the object: later partial reads fetch only the coalesced ranges.
     s3.log.clear()
     np.testing.assert_array_equal(a[0:8, 0:8], expected[0:8, 0:8])
-    gets = s3.log.for_bucket(bucket, "GET")
+    gets = s3.log.under(f"/{bucket}/", "GET")
     assert len(gets) == 1 and gets[0].range is not None
     assert not gets[0].range.startswith("bytes=-")
     assert gets[0].nbytes < sizes[gets[0].path] // 4
@@ -478,7 +361,7 @@ def test_overfetch_bound_decides_between_whole_and_ranged(
         )
         s3.log.clear()
         np.testing.assert_array_equal(a[40:48, 40:48], expected[40:48, 40:48])
-        gets = s3.log.for_bucket(bucket, "GET")
+        gets = s3.log.under(f"/{bucket}/", "GET")
         if whole:
             assert [g.range for g in gets] == [None]
         else:
@@ -495,18 +378,18 @@ def test_object_cache_serves_repeated_reads_without_requests(
     )
     s3.log.clear()
     np.testing.assert_array_equal(a[20:44, 20:44], expected[20:44, 20:44])
-    assert len(s3.log.for_bucket(bucket, "GET")) == 4  # each shard once, whole
+    assert len(s3.log.under(f"/{bucket}/", "GET")) == 4  # each shard once, whole
     # Overlapping and smaller windows of the same shards: no request at all.
     s3.log.clear()
     for window in ((slice(0, 64), slice(0, 64)), (slice(3, 9), slice(40, 61)), (5, slice(None))):
         np.testing.assert_array_equal(a[window], expected[window])
-    assert s3.log.for_bucket(bucket) == []
+    assert s3.log.under(f"/{bucket}/") == []
     # Without the cache (the default) the same reads go to the server again.
     b = cuzarr.open(url, storage_options=s3.options())
     np.testing.assert_array_equal(b[20:44, 20:44], expected[20:44, 20:44])
     s3.log.clear()
     np.testing.assert_array_equal(b[20:44, 20:44], expected[20:44, 20:44])
-    assert len(s3.log.for_bucket(bucket, "GET")) == 4
+    assert len(s3.log.under(f"/{bucket}/", "GET")) == 4
 
 
 def test_object_cache_is_bounded_and_caches_missing_chunks(s3: S3, bucket: str) -> None:
@@ -525,10 +408,10 @@ def test_object_cache_is_bounded_and_caches_missing_chunks(s3: S3, bucket: str) 
     a = cuzarr.open(url, storage_options=s3.options(), settings=big)
     s3.log.clear()
     np.testing.assert_array_equal(a[...], expected)
-    assert len(s3.log.for_bucket(bucket, "GET")) == 64  # 32 stored chunks, 32 missing ones
+    assert len(s3.log.under(f"/{bucket}/", "GET")) == 64  # 32 stored chunks, 32 missing ones
     s3.log.clear()
     np.testing.assert_array_equal(a[...], expected)
-    assert s3.log.for_bucket(bucket) == []
+    assert s3.log.under(f"/{bucket}/") == []
     # A small cache stays within its bound, least recently used out first.
     tiny = cuzarr.Settings(cache_bytes=4096)
     small = cuzarr.open(url, storage_options=s3.options(), settings=tiny)
@@ -542,7 +425,7 @@ def test_object_cache_is_bounded_and_caches_missing_chunks(s3: S3, bucket: str) 
         block = (slice(i * 8, i * 8 + 8), slice(j * 8, j * 8 + 8))
         s3.log.clear()
         np.testing.assert_array_equal(small[block], expected[block])
-        assert s3.log.for_bucket(bucket) == []
+        assert s3.log.under(f"/{bucket}/") == []
 
 
 def test_object_cache_sees_the_arrays_own_writes(
@@ -557,9 +440,9 @@ def test_object_cache_sees_the_arrays_own_writes(
     s3.log.clear()
     a[1:3, 1:3] = 77  # read-modify-write: the read goes to the server (its ETag is needed)
     expected[1:3, 1:3] = 77
-    puts = s3.log.for_bucket(bucket, "PUT")
+    puts = s3.log.under(f"/{bucket}/", "PUT")
     assert len(puts) == 1 and puts[0].if_match is not None
-    assert len(s3.log.for_bucket(bucket, "GET")) == 1
+    assert len(s3.log.under(f"/{bucket}/", "GET")) == 1
     np.testing.assert_array_equal(a[0:8, 0:8], expected[0:8, 0:8])
     a[40:48, 40:48] = 5  # a partial shard write, then a whole-array read
     expected[40:48, 40:48] = 5
@@ -596,13 +479,13 @@ def test_cached_indexes_are_checked_against_the_shards_etag(
     np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])  # index cached
     s3.log.clear()
     np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])
-    gets = s3.log.for_bucket(bucket, "GET")
+    gets = s3.log.under(f"/{bucket}/", "GET")
     assert len(gets) == 1 and gets[0].if_match is not None  # conditional on the index's ETag
 
     _shift_layout(z, expected)  # the cached index is now wrong for this shard
     s3.log.clear()
     np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])
-    gets = s3.log.for_bucket(bucket, "GET")
+    gets = s3.log.under(f"/{bucket}/", "GET")
     # The conditional read fails (412), the index is read again, then the ranges.
     assert [g.status for g in gets] == [412, 206, 206]
     assert gets[1].range is not None and gets[1].range.startswith("bytes=-")
@@ -619,7 +502,7 @@ def test_zarr_pipeline_caches_indexes_only_with_versions(
         np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])
         s3.log.clear()
         np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])
-        gets = s3.log.for_bucket(bucket, "GET")
+        gets = s3.log.under(f"/{bucket}/", "GET")
         assert len(gets) == 1 and gets[0].if_match is not None  # index reused, checked
     _shift_layout(z, expected)  # zarr's own pipeline, another writer
     with cuzarr.configure(strict=True, max_overfetch=0):
@@ -630,7 +513,7 @@ def test_zarr_pipeline_caches_indexes_only_with_versions(
         np.testing.assert_array_equal(f[8:16, 8:16], expected[8:16, 8:16])
         s3.log.clear()
         np.testing.assert_array_equal(f[8:16, 8:16], expected[8:16, 8:16])
-        gets = s3.log.for_bucket(bucket, "GET")
+        gets = s3.log.under(f"/{bucket}/", "GET")
         assert len(gets) == 2 and gets[0].range is not None
         assert sum(1 for g in gets if g.range.startswith("bytes=-")) == 1
 
@@ -646,7 +529,7 @@ def test_read_many_fetches_each_shard_once(
     got = a.read_many(windows)
     for w, value in zip(windows, got, strict=True):
         np.testing.assert_array_equal(value, expected[w])
-    gets = s3.log.for_bucket(bucket, "GET")
+    gets = s3.log.under(f"/{bucket}/", "GET")
     shards = [f"/{bucket}/s.zarr/c/{i}/{j}" for i in (0, 1) for j in (0, 1)]
     assert sorted(g.path for g in gets) == sorted(shards)  # each shard once, whole
 
@@ -665,13 +548,13 @@ def test_start_indexed_shards_are_versioned_too(s3: S3, bucket: str) -> None:
         np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])
         s3.log.clear()
         np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])
-        gets = s3.log.for_bucket(bucket, "GET")
+        gets = s3.log.under(f"/{bucket}/", "GET")
         assert len(gets) == 1 and gets[0].if_match is not None
     _shift_layout(z, expected)
     with cuzarr.configure(strict=True, max_overfetch=0):
         s3.log.clear()
         np.testing.assert_array_equal(a[8:16, 8:16], expected[8:16, 8:16])
-        assert [g.status for g in s3.log.for_bucket(bucket, "GET")] == [412, 206, 206]
+        assert [g.status for g in s3.log.under(f"/{bucket}/", "GET")] == [412, 206, 206]
         np.testing.assert_array_equal(a[...], expected)
 
 
@@ -700,19 +583,19 @@ def test_writes_are_whole_objects_and_conditional(
     s3.log.clear()
     a[1:2, 1:2] = 5  # a read-modify-write of shard (0, 0)
     expected[1:2, 1:2] = 5
-    puts = s3.log.for_bucket(bucket, "PUT")
+    puts = s3.log.under(f"/{bucket}/", "PUT")
     assert [p.path for p in puts] == [f"/{bucket}/s.zarr/c/0/0"]
     head = s3.client().head_object(Bucket=bucket, Key="s.zarr/c/0/0")
     # Conditional on the ETag the shard had when read; the new object is whole.
     assert puts[0].if_match is not None and puts[0].if_match != head["ETag"]
-    assert not any(p.range for p in s3.log.for_bucket(bucket, "PUT"))
+    assert not any(p.range for p in s3.log.under(f"/{bucket}/", "PUT"))
     np.testing.assert_array_equal(a[...], expected)
     s3.log.clear()
     a[32:64, 0:32] = 3  # a whole shard: no read, unconditional put
     expected[32:64, 0:32] = 3
-    puts = s3.log.for_bucket(bucket, "PUT")
+    puts = s3.log.under(f"/{bucket}/", "PUT")
     assert len(puts) == 1 and puts[0].if_match is None
-    assert not s3.log.for_bucket(bucket, "GET")
+    assert not s3.log.under(f"/{bucket}/", "GET")
 
 
 def test_conflicting_writer_is_detected_and_its_object_kept(s3: S3, bucket: str) -> None:

@@ -25,6 +25,7 @@ from dask.utils import parse_bytes
 
 from cuzarr.config import Device, configure, get_settings
 from cuzarr.dask._chunks import aligned_chunks, grouped_chunks, is_aligned, merge_factors
+from cuzarr.stores.targets import zarr_target
 
 __all__ = ["from_zarr", "to_zarr", "write_block_shape"]
 
@@ -158,7 +159,9 @@ def _open(
         store, path = target.store, target.path
         storage_options = None
     else:
-        store = target
+        store, storage_options = zarr_target(
+            target, read_only=(mode == "r"), storage_options=storage_options
+        )
     kwargs: dict[str, Any] = {"mode": mode}
     if path:
         kwargs["path"] = path
@@ -273,7 +276,9 @@ def from_zarr(
     device : {"auto", "cpu", "gpu"}
         Where blocks land: ``gpu`` gives CuPy blocks (and a CuPy ``meta``).
     storage_options : dict, optional
-        Passed to zarr for URL targets (fsspec options).
+        For object-store URLs (``s3://``, ``gs://``, ``az://``, ``https://``): the options
+        ``cuzarr.open`` takes (see :func:`cuzarr.stores.object_urls.split_storage_options`),
+        one obstore store for the reads; for other URLs, passed to zarr (fsspec options).
     path : str, optional
         Array path inside the store.
     block_nbytes : int or str, optional
@@ -350,10 +355,11 @@ def _create_or_open(
         kwargs["chunks"] = tuple(max(1, max(c)) for c in darr.chunks)
     if path:
         kwargs["name"] = path
+    store, storage_options = zarr_target(target, read_only=False, storage_options=storage_options)
     if storage_options:
         kwargs["storage_options"] = storage_options
     with configure(device=_device_setting(device)):
-        return zarr.create_array(target, overwrite=(mode == "w"), **kwargs)
+        return zarr.create_array(store, overwrite=(mode == "w"), **kwargs)
 
 
 def _refuse_memory_store_on_cluster(array: Any) -> None:
@@ -415,7 +421,8 @@ def to_zarr(
     path : str, optional
         Array path inside the store.
     storage_options : dict, optional
-        Passed to zarr for URL targets.
+        For object-store URLs: the options ``cuzarr.create`` takes; the array is written through
+        cuzarr's obstore store (conditional puts). For other URLs, passed to zarr.
     device : {"auto", "cpu", "gpu"}
         Device setting of the pipeline that writes.
     compute : bool

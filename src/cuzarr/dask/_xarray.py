@@ -16,6 +16,7 @@ import zarr
 
 from cuzarr.dask._chunks import merge_factors
 from cuzarr.dask._io import _target_nbytes, write_block_shape
+from cuzarr.stores.targets import zarr_target
 
 __all__ = ["xarray_chunks"]
 
@@ -48,7 +49,8 @@ def xarray_chunks(
         Target decoded size of the largest variable's block; default Dask's
         ``array.chunk-size``.
     storage_options : dict, optional
-        Passed to zarr for URL targets.
+        For object-store URLs: the options ``cuzarr.open`` takes (one store stack); for other
+        targets, passed to zarr.
 
     Returns
     -------
@@ -61,7 +63,8 @@ def xarray_chunks(
     --------
     >>> ds = xr.open_zarr(path, chunks=cuzarr.dask.xarray_chunks(path))  # doctest: +SKIP
     """
-    root = zarr.open_group(store, mode="r", path=group or "", storage_options=storage_options)
+    target, options = zarr_target(store, read_only=True, storage_options=storage_options)
+    root = zarr.open_group(target, mode="r", path=group or "", storage_options=options)
     unit: dict[str, int] = {}
     sizes: dict[str, int] = {}
     largest: tuple[int, tuple[str, ...], np.dtype[Any]] | None = None

@@ -6,7 +6,8 @@ wait. A per-store semaphore bounds the requests in flight, so all the byte range
 (and the requests of every worker) go out together up to that limit. Ranges arrive already
 coalesced by the engine, so obstore's own coalescing is not used: only needed bytes are fetched.
 
-Reads return the object's ETag as its version; ranges can be conditional on it (``If-Match``).
+Reads return the object's version token, its ETag (with the object's generation on GCS, whose
+conditional puts match generations); ranges can be conditional on it (``If-Match``).
 Writes put whole objects (one request: chunks and shards are never written in parts), with the
 mode the engine asks for: a read-modify-write is conditional on the ETag it read (or on the
 object still not existing), so a concurrent writer's update is never silently lost. Transient
@@ -75,9 +76,53 @@ def _missing(exc: BaseException) -> bool:
     from obstore.exceptions import NotFoundError
 
     # obstore raises the builtin FileNotFoundError for a missing object.
-    return isinstance(exc, (NotFoundError, FileNotFoundError)) and (
-        "NoSuchBucket" not in str(exc)
-    )
+    return isinstance(exc, (NotFoundError, FileNotFoundError)) and not _no_bucket(exc)
+
+
+#: What S3 and GCS (``NoSuchBucket``) and Azure (``ContainerNotFound``) answer for a missing
+#: bucket or container, in the body of their 404.
+_NO_BUCKET = ("NoSuchBucket", "ContainerNotFound")
+
+
+def _no_bucket(exc: BaseException) -> bool:
+    text = str(exc)
+    return any(code in text for code in _NO_BUCKET)
+
+
+def _past_end(exc: BaseException) -> bool:
+    """Whether a ranged read failed because it starts at or past the end of the object.
+
+    Servers answer 416; Azurite answers a range starting exactly at the end with an empty 206,
+    which obstore refuses itself ("Wanted range starting at N, but object was only N bytes").
+    """
+    return _is_status(exc, 416) or "Wanted range starting at" in str(exc)
+
+
+def _is_gcs(store: Any) -> bool:
+    from obstore.store import GCSStore
+
+    return isinstance(store, GCSStore)
+
+
+def _is_http(store: Any) -> bool:
+    from obstore.store import HTTPStore
+
+    return isinstance(store, HTTPStore)
+
+
+def _etag(token: str) -> str:
+    """The ETag part of a version token (``"etag"`` or ``"etag generation"``)."""
+    return token.split(" ", 1)[0]
+
+
+def _update_mode(token: str) -> dict[str, str]:
+    """obstore's put mode for an update conditional on ``token``.
+
+    ETags never contain a space (RFC 9110 8.8.3), so a GCS token is ``"<etag> <generation>"``:
+    GCS conditions updates on the generation, the other services on the ETag.
+    """
+    etag, _, generation = token.partition(" ")
+    return {"e_tag": etag, "version": generation} if generation else {"e_tag": etag}
 
 
 def _u8(data: Any) -> Buf:
@@ -112,7 +157,13 @@ class ObstoreChunkStore(BaseChunkStore):
         self.name = name or repr(store)
         self.read_only = read_only
         limit = concurrency or DEFAULT_CONCURRENCY
-        self.caps = StoreCaps(remote=True, versions=True, conditional_put=True, concurrency=limit)
+        http = _is_http(store)
+        # HTTP servers have no listing and no conditional puts (obstore's HTTPStore).
+        self.caps = StoreCaps(
+            remote=True, versions=True, conditional_put=not http, listing=not http,
+            concurrency=limit,
+        )
+        self._generations = _is_gcs(store)
         self._max_in_flight = limit
         self._sem: asyncio.Semaphore | None = None
         self._zarr_store: Any = None
@@ -148,9 +199,10 @@ class ObstoreChunkStore(BaseChunkStore):
 
         detail = first_line(exc)
         where = f"'{key}' in {self.name}"
-        if isinstance(exc, (NotFoundError, FileNotFoundError)) and "NoSuchBucket" in str(exc):
+        if isinstance(exc, (NotFoundError, FileNotFoundError)) and _no_bucket(exc):
+            kind = "container" if "ContainerNotFound" in str(exc) else "bucket"
             return NodeNotFoundError(
-                f"Failed to {what} {where}: the bucket does not exist ({detail})"
+                f"Failed to {what} {where}: the {kind} does not exist ({detail})"
             )
         if isinstance(exc, PermissionDeniedError):
             return StoreError(
@@ -168,10 +220,20 @@ class ObstoreChunkStore(BaseChunkStore):
 
         try:
             return run_on_loop(coro)
-        except (BaseError, OSError) as exc:
+        except (BaseError, OSError, NotImplementedError) as exc:
+            # obstore raises NotImplementedError for what a store cannot do (HTTPStore: puts
+            # with a mode other than overwrite).
             if isinstance(exc, StoreError):
                 raise
             raise self._error(exc, what, key) from exc
+
+    def _token(self, meta: Any) -> str | None:
+        """The version token of an object's metadata: its ETag, and generation on GCS."""
+        tag = meta.get("e_tag")
+        generation = meta.get("version") if self._generations else None
+        if tag is None or generation is None:
+            return tag  # type: ignore[no-any-return]
+        return f"{tag} {generation}"
 
     def _stale(self, key: str, version: str | None) -> StaleObjectError:
         return StaleObjectError(f"'{key}' in {self.name} changed since its version {version}")
@@ -190,20 +252,20 @@ class ObstoreChunkStore(BaseChunkStore):
         if byte_range is not None:
             options["range"] = (byte_range.start, byte_range.start + byte_range.length)
         if if_match is not None:
-            options["if_match"] = if_match
+            options["if_match"] = _etag(if_match)
 
         async def get() -> GetResult | None:
             try:
                 result = await obstore.get_async(self._store, key, options=options or None)
                 meta = result.meta
                 data = await result.bytes_async()
-                return GetResult(_u8(data), int(meta["size"]), meta.get("e_tag"))
+                return GetResult(_u8(data), int(meta["size"]), self._token(meta))
             except PreconditionError as exc:
                 raise self._stale(key, if_match) from exc
             except Exception as exc:
                 if _missing(exc):
                     return None
-                if byte_range is not None and _is_status(exc, 416):
+                if byte_range is not None and _past_end(exc):
                     # Starts past the end of the object: a short (empty) read.
                     return GetResult(_NO_BYTES, None, None)
                 raise
@@ -222,7 +284,7 @@ class ObstoreChunkStore(BaseChunkStore):
                     )
                     meta = result.meta
                     data = await result.bytes_async()
-                    return GetResult(_u8(data), int(meta["size"]), meta.get("e_tag"))
+                    return GetResult(_u8(data), int(meta["size"]), self._token(meta))
                 except NotSupportedError:
                     pass  # Azure has no suffix requests: size first, then the range
                 except Exception as exc:
@@ -232,9 +294,10 @@ class ObstoreChunkStore(BaseChunkStore):
                 head = await obstore.head_async(self._store, key)
                 size = int(head["size"])
                 tag = head.get("e_tag")
+                token = self._token(head)
                 start = max(0, size - length)
                 if size == start:
-                    return GetResult(_NO_BYTES, size, tag)
+                    return GetResult(_NO_BYTES, size, token)
                 if tag is None:
                     data = await obstore.get_range_async(self._store, key, start=start, end=size)
                 else:
@@ -242,7 +305,7 @@ class ObstoreChunkStore(BaseChunkStore):
                         self._store, key, options={"range": (start, size), "if_match": tag}
                     )
                     data = await got.bytes_async()
-                return GetResult(_u8(data), size, tag)
+                return GetResult(_u8(data), size, token)
             except PreconditionError as exc:  # Azure's HEAD-then-range raced a writer
                 raise StaleObjectError(f"'{key}' in {self.name} changed while read") from exc
             except Exception as exc:
@@ -287,11 +350,11 @@ class ObstoreChunkStore(BaseChunkStore):
                 result = await obstore.get_async(
                     self._store,
                     key,
-                    options={"range": (start, start + length), "if_match": version},
+                    options={"range": (start, start + length), "if_match": _etag(version)},
                 )
                 return await result.bytes_async()
             except Exception as exc:
-                if _is_status(exc, 416):
+                if _past_end(exc):
                     # Starts past the end of the object: the caller sees a short read.
                     return _NO_BYTES
                 raise
@@ -373,12 +436,13 @@ class ObstoreChunkStore(BaseChunkStore):
         if mode is PutMode.CREATE:
             wanted = "create"
         elif mode is PutMode.UPDATE and version is not None:
-            wanted = {"e_tag": version}
+            wanted = _update_mode(version)
         try:
             self._call(self._put(key, u8, wanted), "write", key)
         except StoreError as exc:
             cause = exc.__cause__
-            if isinstance(cause, NotSupportedError) and wanted != "overwrite":
+            unsupported = isinstance(cause, (NotSupportedError, NotImplementedError))
+            if unsupported and wanted != "overwrite":
                 self._call(self._put(key, u8, "overwrite"), "write", key)
                 return
             if isinstance(cause, (AlreadyExistsError, PreconditionError)):

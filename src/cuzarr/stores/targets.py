@@ -16,13 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from cuzarr import _zarr_compat as compat
-from cuzarr.errors import UnsupportedError
+from cuzarr.errors import ReadOnlyError, UnsupportedError
 from cuzarr.stores import from_zarr_store, track_zarr_loop
 from cuzarr.stores.base import ChunkStore
 from cuzarr.stores.local import TEMP_SUFFIX, LocalChunkStore
-from cuzarr.stores.object_urls import OBJECT_STORE_SCHEMES, open_url
+from cuzarr.stores.object_urls import OBJECT_STORE_SCHEMES, open_url, service_of
 
-__all__ = ["METADATA_DOCUMENTS", "StoreHandle", "resolve_target"]
+__all__ = [
+    "METADATA_DOCUMENTS",
+    "StoreHandle",
+    "is_object_store_url",
+    "resolve_target",
+    "zarr_target",
+]
 
 #: The documents whose presence makes a node (v3, v2 array, v2 group).
 METADATA_DOCUMENTS = ("zarr.json", ".zarray", ".zgroup")
@@ -194,10 +200,54 @@ def resolve_target(
     )
 
 
+def is_object_store_url(target: Any) -> bool:
+    """Whether ``target`` is a URL of a scheme cuzarr opens through obstore (``s3://``...)."""
+    if not isinstance(target, (str, os.PathLike)):
+        return False
+    text = os.fspath(target)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    return "://" in text and urllib.parse.urlsplit(text).scheme.lower() in OBJECT_STORE_SCHEMES
+
+
+def zarr_target(
+    target: Any, *, read_only: bool, storage_options: Mapping[str, Any] | None
+) -> tuple[Any, dict[str, Any] | None]:
+    """What to hand zarr-python for ``target``: one store stack with :func:`resolve_target`.
+
+    Object-store URLs become a zarr ``ObjectStore`` over the same obstore store (and options)
+    ``cuzarr.open`` uses, so zarr's own opening never goes through fsspec for them; anything
+    else is returned as given, with its ``storage_options`` for zarr.
+
+    Returns
+    -------
+    target, storage_options
+        The zarr store (or the original target) and the options still to pass to zarr.
+    """
+    if is_object_store_url(target):
+        handle = _object_store_handle(
+            os.fsdecode(os.fspath(target)), read_only=read_only, storage_options=storage_options
+        )
+        return handle.zarr_store(), None
+    return target, dict(storage_options) if storage_options else None
+
+
 def _object_store_handle(
     url: str, *, read_only: bool, storage_options: Mapping[str, Any] | None
 ) -> StoreHandle:
-    """A handle on an object-store URL: obstore underneath, a zarr ``ObjectStore`` for zarr."""
+    """A handle on an object-store URL: obstore underneath, a zarr ``ObjectStore`` for zarr.
+
+    Raises
+    ------
+    ReadOnlyError
+        For an ``http(s)://`` URL opened for writing (cuzarr reads HTTP(S) only).
+    """
+    if not read_only and service_of(url) == "http":
+        raise ReadOnlyError(
+            f"cannot open {url!r} for writing: cuzarr reads http(s):// URLs only (static "
+            "servers and CDNs take no writes); open it with mode='r', or write to a local "
+            "path or an s3://, gs:// or az:// URL"
+        )
     store, concurrency = open_url(url, storage_options)
     track_zarr_loop()
     return StoreHandle(

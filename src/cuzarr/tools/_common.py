@@ -65,6 +65,9 @@ class Listing:
 def list_store(handle: StoreHandle) -> Listing:
     """List every object of the store, in-progress temporary files included.
 
+    Stores without listing (HTTP(S)) are walked from their metadata instead
+    (:mod:`cuzarr.tools.metadata_listing`).
+
     Parameters
     ----------
     handle : StoreHandle
@@ -74,7 +77,12 @@ def list_store(handle: StoreHandle) -> Listing:
     -------
     Listing
     """
-    return Listing(dict(handle.chunk_store().list_sizes("")))
+    store = handle.chunk_store()
+    if not store.caps.listing:
+        from cuzarr.tools.metadata_listing import sizes_from_metadata
+
+        return Listing(sizes_from_metadata(store, handle.name))
+    return Listing(dict(store.list_sizes("")))
 
 
 def node_paths(listing: Listing) -> list[str]:
