@@ -69,6 +69,7 @@ from typing import Any, BinaryIO
 from xml.etree import ElementTree
 
 from loopback.log import Request, RequestLog
+from loopback.proxy import read_body
 
 __all__ = ["FakeGCS", "fake_gcs_binary"]
 
@@ -251,22 +252,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         finally:
             self.server.drop_connection()
 
-    def _body(self) -> bytes:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            parts: list[bytes] = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0], 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return b"".join(parts)
-                parts.append(self.rfile.read(size))
-                self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
-        return bytes(self.rfile.read(length)) if length else b""
-
     def _serve(self) -> None:
-        body = self._body()
+        body = read_body(self)
         split = urllib.parse.urlsplit(self.path)
         entry = Request(
             method=self.command,

@@ -16,7 +16,23 @@ from typing import Any
 
 from loopback.log import Request, RequestLog
 
-__all__ = ["LoggingProxy"]
+__all__ = ["LoggingProxy", "read_body"]
+
+
+def read_body(handler: http.server.BaseHTTPRequestHandler) -> bytes:
+    """The request body a handler received: ``Content-Length`` or chunked framing."""
+    if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
+        parts: list[bytes] = []
+        while True:
+            size = int(handler.rfile.readline().split(b";")[0], 16)
+            if size == 0:
+                while handler.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                return b"".join(parts)
+            parts.append(handler.rfile.read(size))
+            handler.rfile.readline()
+    length = int(handler.headers.get("Content-Length") or 0)
+    return bytes(handler.rfile.read(length)) if length else b""
 
 #: Hop-by-hop headers (RFC 9110 7.6.1) are not forwarded; bodies are re-framed.
 _HOP = frozenset(
@@ -40,22 +56,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         finally:
             self.server.drop_connection()
 
-    def _body(self) -> bytes:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            parts = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0], 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return b"".join(parts)
-                parts.append(self.rfile.read(size))
-                self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
-
     def _forward(self) -> None:
-        body = self._body()
+        body = read_body(self)
         split = urllib.parse.urlsplit(self.path)
         entry = Request(
             method=self.command,
