@@ -38,6 +38,7 @@ __all__ = ["CpuBackend", "cpu_pool", "parallel_map"]
 #: best among 4..128 on two threads (overlapping reads with GIL-free decoding).
 ZSTD_BATCH = 16
 ZSTD_BATCH_MAX_CHUNK = 128 * 1024
+ZSTD_BATCHES = Batching(size=ZSTD_BATCH, parallel=True)
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
@@ -186,14 +187,18 @@ class CpuBackend:
     # ------------------------------------------------------------------ planning
 
     def batching(self, codec: Codec, n: int, *, remote: bool, op: Op) -> Batching:
-        """One chunk per task, except decodes of many small zstd chunks: ``ZSTD_BATCH``.
+        """One chunk per task, except many small zstd chunks: ``ZSTD_BATCH`` per task.
 
         Batched reads are for local stores only: remote stores are bound by requests in
-        flight, not by the GIL. Encodes go one per task (zstd has no batched encoder).
+        flight, not by the GIL. Encodes batch one-block zstd chunks (one GIL-free call per
+        batch, :meth:`~cuzarr.codecs.chain.ChunkCodec.encode_many`) for any store.
         """
-        small = n >= 2 * ZSTD_BATCH and self._zstd_params(codec)[1]
-        if op != "encode" and small and not (op == "read" and remote):
-            return Batching(size=ZSTD_BATCH, parallel=True)
+        if n < 2 * ZSTD_BATCH:
+            return EACH
+        if op == "encode":
+            return ZSTD_BATCHES if codec.batch_encodes else EACH
+        if self._zstd_params(codec)[1] and not (op == "read" and remote):
+            return ZSTD_BATCHES
         return EACH
 
     def size_hint(self, codec: Codec) -> int | None:
@@ -284,8 +289,10 @@ class CpuBackend:
         return out
 
     def encode(self, codec: Codec, chunks: Sequence[Any]) -> list[Buf]:
-        """Encode each chunk with the chain's CPU codecs."""
-        return [codec.encode(chunk) for chunk in chunks]
+        """Encode the chunks with the chain's CPU codecs (one-block zstd: in one call)."""
+        if len(chunks) == 1:
+            return [codec.encode(chunks[0])]
+        return codec.encode_many(chunks)
 
     def all_equal(self, chunk: Any, fill: Any) -> bool:
         """zarr's empty-chunk rule, with a cheap exit when the first element differs."""

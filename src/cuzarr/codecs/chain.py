@@ -10,6 +10,7 @@ whose frames declare their size): one decompression, no intermediate copy.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,12 @@ import numpy.typing as npt
 
 from cuzarr.codecs.base import ArrayToArray, ArrayToBytes, Buf, BytesToBytes, as_u8
 from cuzarr.codecs.bytes_ import BytesCodec
-from cuzarr.codecs.numcodecs_ import NumcodecsArrayCodec, NumcodecsBytesCodec, zstd_frame_bound
+from cuzarr.codecs.numcodecs_ import (
+    ZSTD_ONE_BLOCK,
+    NumcodecsArrayCodec,
+    NumcodecsBytesCodec,
+    zstd_frame_bound,
+)
 from cuzarr.codecs.sharding.format import ShardingCodec
 from cuzarr.errors import CorruptChunkError
 
@@ -158,6 +164,21 @@ class ChunkCodec:
             data = bcodec.encode(data)
         return data
 
+    @property
+    def batch_encodes(self) -> bool:
+        """Whether :meth:`encode_many` encodes in one GIL-free call (one-block zstd chunks)."""
+        return self.zstd_frames and self.nbytes <= ZSTD_ONE_BLOCK
+
+    def encode_many(self, arrs: Sequence[npt.NDArray[Any]]) -> list[Buf]:
+        """Encode several chunk arrays: the same bytes as :meth:`encode` for each.
+
+        One-block zstd chunks (:attr:`batch_encodes`) are compressed in one batched call.
+        """
+        zstd = self.bytes_codecs[0] if self.bytes_codecs else None
+        if len(arrs) > 1 and self.batch_encodes and isinstance(zstd, NumcodecsBytesCodec):
+            return zstd.encode_many([as_u8(self.array_bytes.encode(a)) for a in arrs])
+        return [self.encode(a) for a in arrs]
+
     def encoded_size(self) -> int | None:
         """Encoded size when every codec is fixed-size, else ``None``."""
         shape, dtype = self._stages[-1]
@@ -269,6 +290,23 @@ class V2ChunkCodec:
             chunk = np.ascontiguousarray(chunk)
         # as_u8 flattens in memory order, so an F-order chunk keeps its F-order bytes
         return as_u8(chunk).copy()
+
+    @property
+    def batch_encodes(self) -> bool:
+        """Whether :meth:`encode_many` encodes in one GIL-free call (one-block zstd chunks)."""
+        return self.zstd_frames and self.nbytes <= ZSTD_ONE_BLOCK
+
+    def encode_many(self, arrs: Sequence[npt.NDArray[Any]]) -> list[Buf]:
+        """Encode several chunk arrays: the same bytes as :meth:`encode` for each.
+
+        One-block zstd chunks (:attr:`batch_encodes`) are compressed in one batched call.
+        """
+        compressor = self.compressor
+        if len(arrs) > 1 and self.batch_encodes and compressor is not None:
+            return compressor.encode_many(
+                [as_u8(np.ascontiguousarray(a, dtype=self.dtype)) for a in arrs]
+            )
+        return [self.encode(a) for a in arrs]
 
     def encoded_size(self) -> int | None:
         """Only uncompressed, unfiltered v2 chunks have a fixed size."""

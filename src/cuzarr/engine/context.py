@@ -5,18 +5,19 @@ Its parsed metadata, codecs, settings, fill value, backend and shard reader.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cuzarr.backends.base import Backend, Codec
+from cuzarr.backends.base import Backend, Batching, Codec
+from cuzarr.backends.cpu import parallel_map
 from cuzarr.codecs.sharding.format import ShardingCodec
 from cuzarr.codecs.sharding.reader import ShardReader
 from cuzarr.config import Settings
 from cuzarr.metadata.spec import ArraySpec
 from cuzarr.stores.base import Scratch
 
-__all__ = ["ArrayContext", "waves"]
+__all__ = ["ArrayContext", "run_batches", "waves"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +81,18 @@ def waves[T](items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     """``items`` in consecutive slices of ``size``."""
     for lo in range(0, len(items), max(1, size)):
         yield items[lo : lo + size]
+
+
+def run_batches[T](
+    run: Callable[[Sequence[T]], None], items: Sequence[T], batching: Batching, threads: int
+) -> None:
+    """Run ``run`` over ``items`` in slices of ``batching.size``, in parallel or in turn."""
+    if batching.size == 1 and batching.parallel:
+        parallel_map(lambda x: run((x,)), items, threads)
+        return
+    batches = list(waves(items, batching.size))
+    if batching.parallel:
+        parallel_map(run, batches, threads)
+    else:
+        for batch in batches:
+            run(batch)

@@ -16,18 +16,18 @@ scatters each item's selection.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from cuzarr.backends.base import Batching, DecodeItem
+from cuzarr.backends.base import DecodeItem
 from cuzarr.backends.cpu import parallel_map
 from cuzarr.codecs.base import Buf
 from cuzarr.codecs.sharding.reader import ShardBytes
-from cuzarr.engine.context import ArrayContext, waves
+from cuzarr.engine.context import ArrayContext, run_batches, waves
 from cuzarr.engine.requests import ChunkRequest
 from cuzarr.engine.selection import is_full, iter_blocks, needed_blocks, rebase
 from cuzarr.errors import CorruptChunkError
@@ -61,21 +61,6 @@ def scatter(out: Any, req: ChunkRequest, chunk: Any, drop_axes: tuple[int, ...])
     if drop_axes:
         selected = selected.squeeze(axis=drop_axes)
     out[req.out_selection] = selected
-
-
-def _run_batches[T](
-    run: Callable[[Sequence[T]], None], items: Sequence[T], batching: Batching, threads: int
-) -> None:
-    """Run ``run`` over ``items`` in slices of ``batching.size``, in parallel or in turn."""
-    if batching.size == 1 and batching.parallel:
-        parallel_map(lambda x: run((x,)), items, threads)
-        return
-    batches = list(waves(items, batching.size))
-    if batching.parallel:
-        parallel_map(run, batches, threads)
-    else:
-        for batch in batches:
-            run(batch)
 
 
 # ---------------------------------------------------------------------------- chunks
@@ -154,7 +139,7 @@ def read_chunks(
             results[i] = True
 
     threads = ctx.settings.n_threads if batching.parallel else io
-    _run_batches(run, range(len(requests)), batching, threads)
+    run_batches(run, range(len(requests)), batching, threads)
     return results
 
 
@@ -262,7 +247,7 @@ def read_shards(
             ]
             backend.decode(sh.inner, decode_items, ctx.where)
 
-        _run_batches(decode, tasks, batching, n if batching.parallel else io)
+        run_batches(decode, tasks, batching, n if batching.parallel else io)
 
         def scatter_item(pair: tuple[int, _ShardItem]) -> None:
             results[pair[0]] = _scatter_shard(ctx, pair[1])

@@ -5,7 +5,8 @@ encoded outside any lock; any other is read, decoded, merged (zarr's merge rule)
 under the chunk's write locks (threads of the process; processes too, for local folders), and
 put conditional on the version read where the store has conditional puts. A chunk equal to the
 fill value is deleted instead of written unless ``write_empty_chunks`` (zarr's rule). Work is
-grouped as the backend asks: one chunk per task on the CPU, a wave per batch on the GPU.
+grouped as the backend asks: one chunk per task on the CPU (small zstd chunks: a few per task,
+encoded in one call), a wave per batch on the GPU.
 
 Shards, in waves under the wave's shard locks (taken in sorted order): phase one (parallel
 over shards) reads each partially written shard once, decodes only the touched inner chunks
@@ -26,7 +27,7 @@ import numpy as np
 from cuzarr.backends.base import DecodeItem
 from cuzarr.backends.cpu import parallel_map
 from cuzarr.codecs.base import Buf
-from cuzarr.engine.context import ArrayContext, waves
+from cuzarr.engine.context import ArrayContext, run_batches, waves
 from cuzarr.engine.locks import write_locks
 from cuzarr.engine.requests import ChunkRequest
 from cuzarr.engine.selection import is_full, iter_blocks, needed_blocks, rebase, selection_box
@@ -151,11 +152,7 @@ def write_chunks(
             ]
             put_all(rest, encode_kept(chunks), olds)
 
-    if batching.size == 1 and batching.parallel:
-        parallel_map(lambda r: run((r,)), requests, io)
-        return
-    for batch in waves(requests, batching.size):
-        run(batch)
+    run_batches(run, requests, batching, io)
 
 
 #: Marks a chunk the write covered whole (written without reading it first).
@@ -276,11 +273,7 @@ def write_shards(
                         else:
                             w.stored[i] = blob
 
-                if batching.size == 1 and batching.parallel:
-                    parallel_map(lambda t: encode((t,)), tasks, n)
-                else:
-                    for batch in waves(tasks, batching.size):
-                        encode(batch)
+                run_batches(encode, tasks, batching, n)
 
                 def put(w: _ShardWrite) -> None:
                     blob = sh.assemble(w.stored)

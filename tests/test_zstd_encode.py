@@ -1,0 +1,197 @@
+"""Batched zstd encoding of small chunks (python-zstandard's ``multi_compress_to_buffer``).
+
+Writes of at least ``2 * ZSTD_BATCH`` chunks whose zstd input fits one block
+(``ZSTD_ONE_BLOCK``) encode them in GIL-free batches instead of one numcodecs call each. The
+frames must be numcodecs' byte for byte, so every stored chunk and shard must equal what
+zarr-python's own pipeline writes for the same values.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+
+import cuzarr
+from cuzarr.backends.cpu import ZSTD_BATCH, ZSTD_BATCHES, CpuBackend
+from cuzarr.codecs import numcodecs_
+from cuzarr.codecs.build import build_chunk_codec
+from cuzarr.codecs.numcodecs_ import ZSTD_ONE_BLOCK, zstd_encode_many
+from cuzarr.metadata import read_array_spec
+from cuzarr.stores.local import LocalChunkStore
+from cuzarr.testing import assert_same_array, use_pipeline
+
+LEVELS = [-5, -1, 0, 1, 3, 9, 19, 22]
+
+
+@pytest.mark.parametrize("checksum", [False, True])
+@pytest.mark.parametrize("level", LEVELS)
+def test_frames_equal_numcodecs(level: int, checksum: bool) -> None:
+    rng = np.random.default_rng(level + 10 + 100 * checksum)
+    sizes = [1, 7, 4096, 8192, 65536, ZSTD_ONE_BLOCK]
+    inputs = [
+        (np.arange(n, dtype=np.uint16) // 7 + rng.integers(0, 4, n, dtype=np.uint16))
+        .view(np.uint8)[:n]
+        .copy()
+        for n in sizes
+    ]
+    frames = zstd_encode_many(inputs, level, checksum)
+    reference = numcodecs.Zstd(level=level, checksum=checksum)
+    assert len(frames) == len(inputs)
+    for x, frame in zip(inputs, frames, strict=True):
+        assert frame.tobytes() == bytes(reference.encode(x)), x.nbytes
+        assert bytes(reference.decode(frame)) == x.tobytes()
+
+
+def test_inputs_out_of_range_are_refused() -> None:
+    with pytest.raises(ValueError, match="1 to"):
+        zstd_encode_many([np.zeros(ZSTD_ONE_BLOCK + 1, np.uint8)], 3, False)
+    with pytest.raises(ValueError, match="1 to"):
+        zstd_encode_many([np.zeros(0, np.uint8)], 3, False)
+    assert zstd_encode_many([], 3, False) == []
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Inputs per batched encode call."""
+    calls: list[int] = []
+    real = numcodecs_.zstd_encode_many
+
+    def spy(inputs: Any, level: int, checksum: bool) -> Any:
+        calls.append(len(inputs))
+        return real(inputs, level, checksum)
+
+    monkeypatch.setattr(numcodecs_, "zstd_encode_many", spy)
+    return calls
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name not in ("zarr.json", ".zarray", ".zattrs")
+    }
+
+
+SHAPE = (40, 36, 20)
+CHUNKS = (4, 4, 4)  # 450 chunks of 128 bytes (u2) to 512 bytes (f8)
+
+
+def _create(path: Path, zarr_format: int, dtype: str, **kwargs: Any) -> zarr.Array:
+    compressor: Any = (
+        numcodecs.Zstd(level=2, checksum=True)
+        if zarr_format == 2
+        else zarr.codecs.ZstdCodec(level=2, checksum=True)
+    )
+    return zarr.create_array(
+        zarr.storage.LocalStore(path),
+        shape=SHAPE,
+        dtype=dtype,
+        fill_value=7,
+        compressors=compressor,
+        zarr_format=zarr_format,  # type: ignore[arg-type]
+        **kwargs,
+    )
+
+
+def _data(dtype: str) -> np.ndarray:
+    rng = np.random.default_rng(5)
+    data = rng.integers(0, 300, SHAPE).astype(dtype)
+    data[30:] = 7  # chunks of the fill value: deleted, not written
+    return data
+
+
+WRITES: list[Any] = [np.s_[...], np.s_[2:37, 1:33, 3:18], np.s_[::2, 5, :], np.s_[0:4, 0:36, 0:4]]
+
+
+@pytest.mark.parametrize("engine", ["api", "pipeline"])
+@pytest.mark.parametrize(("zarr_format", "dtype"), [(3, "u2"), (3, "<f8"), (2, ">i4"), (2, "u1")])
+def test_written_chunks_equal_zarr(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    engine: str,
+    zarr_format: int,
+    dtype: str,
+) -> None:
+    data = _data(dtype)
+    ours, theirs = tmp_path / "ours.zarr", tmp_path / "theirs.zarr"
+    _create(ours, zarr_format, dtype, chunks=CHUNKS)
+    z_theirs = _create(theirs, zarr_format, dtype, chunks=CHUNKS)
+    calls = _spy(monkeypatch)
+    target: Any = cuzarr.open(ours, mode="r+", settings=cuzarr.Settings(threads=2))
+    if engine == "pipeline":
+        with use_pipeline("cuzarr"):
+            target = zarr.open_array(zarr.storage.LocalStore(ours), mode="r+")
+    for n, selection in enumerate(WRITES):
+        value = (data[selection] + n).astype(dtype)
+        with use_pipeline("zarr"):
+            z_theirs[selection] = value
+        with use_pipeline("cuzarr"):
+            target[selection] = value
+        assert _files(ours) == _files(theirs), repr(selection)
+    assert calls and max(calls) == ZSTD_BATCH  # the batched encoder wrote them
+    with use_pipeline("zarr"):
+        assert_same_array(zarr.open_array(zarr.storage.LocalStore(ours))[...], z_theirs[...])
+
+
+def test_sharded_small_inner_chunks_equal_zarr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = _data("u2")
+    ours, theirs = tmp_path / "ours.zarr", tmp_path / "theirs.zarr"
+    _create(ours, 3, "u2", chunks=(2, 4, 4), shards=(20, 12, 20))
+    z_theirs = _create(theirs, 3, "u2", chunks=(2, 4, 4), shards=(20, 12, 20))
+    calls = _spy(monkeypatch)
+    a = cuzarr.open(ours, mode="r+", settings=cuzarr.Settings(threads=2))
+    for n, selection in enumerate(WRITES):
+        value = (data[selection] + n).astype("u2")
+        with use_pipeline("zarr"):
+            z_theirs[selection] = value
+        a[selection] = value
+        assert _files(ours) == _files(theirs), repr(selection)
+    assert calls and max(calls) == ZSTD_BATCH
+
+
+def _chain(tmp_path: Path, name: str, chunks: tuple[int, ...], compressor: Any) -> Any:
+    """The compiled codec chain of a new 2-d ``f8`` array."""
+    path = tmp_path / name
+    zarr.create_array(
+        zarr.storage.LocalStore(path),
+        shape=(512, 512),
+        chunks=chunks,
+        dtype="f8",
+        compressors=compressor,
+    )
+    return build_chunk_codec(read_array_spec(LocalChunkStore(path), ""))
+
+
+def test_batching_takes_only_one_block_zstd_chains(tmp_path: Path) -> None:
+    backend = CpuBackend()
+    small = _chain(tmp_path, "s", (16, 16), zarr.codecs.ZstdCodec(level=4))
+    big = _chain(tmp_path, "b", (256, 256), zarr.codecs.ZstdCodec(level=4))
+    blosc = _chain(tmp_path, "c", (16, 16), zarr.codecs.BloscCodec(cname="lz4"))
+    n = 2 * ZSTD_BATCH
+    assert small.batch_encodes
+    assert backend.batching(small, n, remote=True, op="encode") == ZSTD_BATCHES
+    assert backend.batching(small, n - 1, remote=False, op="encode").size == 1
+    # 512 KiB inputs are several zstd blocks: numcodecs encodes them (its bytes, zarr's).
+    assert not big.batch_encodes
+    assert backend.batching(big, n, remote=False, op="encode").size == 1
+    assert not blosc.batch_encodes
+    assert backend.batching(blosc, n, remote=False, op="encode").size == 1
+    chunks = [np.full((256, 256), i, "f8") for i in range(2)]
+    ref = numcodecs.Zstd(level=4)
+    assert [bytes(b) for b in big.encode_many(chunks)] == [bytes(ref.encode(c)) for c in chunks]
+
+
+def test_cpu_backend_encode_uses_the_batch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    codec = _chain(tmp_path, "s", (16, 16), zarr.codecs.ZstdCodec(level=4))
+    calls = _spy(monkeypatch)
+    chunks = [np.full((16, 16), i / 3, "f8") for i in range(5)]
+    blobs = CpuBackend().encode(codec, chunks)
+    assert calls == [5]
+    assert [bytes(b) for b in blobs] == [bytes(codec.encode(c)) for c in chunks]
+    assert [codec.decode(b).tolist() for b in blobs] == [c.tolist() for c in chunks]
