@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -132,18 +133,17 @@ class _Slot:
 _slots: dict[tuple[str, int], _Slot] = {}
 
 
-def _slot_entry(root: str, slot: int) -> _Slot:
+def _slot_entries(root: str, keys: Iterable[str]) -> list[_Slot]:
+    """The slots of ``keys`` in ascending order, each once (one table lookup under one lock)."""
+    slots = sorted({zlib.crc32(k.encode()) % _SLOTS for k in keys})
     with _fd_lock:
-        entry = _slots.get((root, slot))
-        if entry is None:
-            entry = _slots[(root, slot)] = _Slot(slot)
-        return entry
-
-
-def _slot(key: str) -> int:
-    import zlib
-
-    return zlib.crc32(key.encode()) % _SLOTS
+        out = []
+        for slot in slots:
+            entry = _slots.get((root, slot))
+            if entry is None:
+                entry = _slots[(root, slot)] = _Slot(slot)
+            out.append(entry)
+        return out
 
 
 @contextmanager
@@ -163,16 +163,14 @@ def file_locks(root: str, keys: Iterable[str]) -> Iterator[None]:
         yield
         return
     fd = _lock_file(root)
-    slots = sorted({_slot(k) for k in keys})
     taken: list[_Slot] = []
     try:
-        for slot in slots:
-            entry = _slot_entry(root, slot)
+        for entry in _slot_entries(root, keys):
             with entry.lock:
                 # Record locks belong to the process: take the byte when the first thread of
                 # this process needs it, release it when the last one is done.
                 if entry.users == 0:
-                    fcntl.lockf(fd, fcntl.LOCK_EX, 1, slot, os.SEEK_SET)
+                    fcntl.lockf(fd, fcntl.LOCK_EX, 1, entry.slot, os.SEEK_SET)
                 entry.users += 1
             taken.append(entry)
         yield

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
-import uuid
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,8 +32,35 @@ __all__ = ["TEMP_SUFFIX", "LocalChunkStore", "check_key"]
 TEMP_SUFFIX = ".partial"
 _BAD_SEGMENTS = frozenset(("", ".", ".."))
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL
 #: ``GetResult`` from a tuple without the Python-level ``__new__`` (small reads are hot).
 _result = GetResult._make
+
+
+class _TempNames:
+    """Names of temporary files, unique across the processes and threads that write a store.
+
+    A random token of the process (drawn again in a forked child) and a counter: no system
+    call per name (``uuid4`` reads the kernel's random source every time, which costs more
+    than writing an 8 KiB chunk when two threads write at once). ``O_EXCL`` refuses a name
+    that exists anyway, and the caller draws again.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._token = f"{os.getpid():x}-{secrets.token_hex(6)}"
+        self._count = itertools.count()
+
+    def next(self, path: str) -> str:
+        """A fresh temporary name beside ``path``."""
+        return f"{path}.{self._token}-{next(self._count):x}{TEMP_SUFFIX}"
+
+
+_temp_names = _TempNames()
 
 
 def check_key(key: str, store: str = "the store") -> str:
@@ -113,6 +141,9 @@ class LocalChunkStore(BaseChunkStore):
 
     def __init__(self, root: str | Path, *, read_only: bool = False) -> None:
         self.root = Path(root)
+        #: The root as a string ending in the separator: keys are appended to it (a join of a
+        #: ``Path`` converts it on every call, and small writes are hot).
+        self._prefix = os.path.join(os.fspath(self.root), "")
         self.read_only = read_only
         self.name = self.root.as_uri() if self.root.is_absolute() else str(self.root)
         self.caps = StoreCaps(
@@ -125,7 +156,7 @@ class LocalChunkStore(BaseChunkStore):
         )
 
     def _path(self, key: str) -> str:
-        return os.path.join(self.root, check_key(key, self.name))
+        return self._prefix + check_key(key, self.name)
 
     def _open_existing(self, key: str) -> int | None:
         """A read-only descriptor of the file of ``key``, or ``None`` if it does not exist."""
@@ -256,14 +287,17 @@ class LocalChunkStore(BaseChunkStore):
         engine's write locks (threads and processes), so every mode overwrites.
         """
         path = self._path(key)
-        tmp = f"{path}.{uuid.uuid4().hex}{TEMP_SUFFIX}"
+        tmp = _temp_names.next(path)
         view = memoryview(as_u8(data))
         try:
             try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = os.open(tmp, _CREATE, 0o644)
             except FileNotFoundError:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = os.open(tmp, _CREATE, 0o644)
+            except FileExistsError:
+                tmp = _temp_names.next(path)  # a leftover of a process with the same token
+                fd = os.open(tmp, _CREATE, 0o644)
             try:
                 pos = 0
                 while pos < len(view):
