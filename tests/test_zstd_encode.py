@@ -17,6 +17,7 @@ import pytest
 import zarr
 
 import cuzarr
+from cuzarr.backends.base import Batching
 from cuzarr.backends.cpu import ZSTD_BATCH, ZSTD_BATCHES, CpuBackend
 from cuzarr.codecs import numcodecs_
 from cuzarr.codecs.build import build_chunk_codec
@@ -172,7 +173,9 @@ def test_batching_takes_only_one_block_zstd_chains(tmp_path: Path) -> None:
     backend = CpuBackend()
     small = _chain(tmp_path, "s", (16, 16), zarr.codecs.ZstdCodec(level=4))
     big = _chain(tmp_path, "b", (256, 256), zarr.codecs.ZstdCodec(level=4))
-    blosc = _chain(tmp_path, "c", (16, 16), zarr.codecs.BloscCodec(cname="lz4"))
+    blosc = _chain(tmp_path, "c", (16, 16), zarr.codecs.BloscCodec(cname="zstd"))
+    light = _chain(tmp_path, "l", (16, 16), zarr.codecs.BloscCodec(cname="lz4"))
+    light_big = _chain(tmp_path, "m", (64, 64), zarr.codecs.BloscCodec(cname="lz4"))
     n = 2 * ZSTD_BATCH
     assert small.batch_encodes
     assert backend.batching(small, n, remote=True, op="encode") == ZSTD_BATCHES
@@ -180,8 +183,15 @@ def test_batching_takes_only_one_block_zstd_chains(tmp_path: Path) -> None:
     # 512 KiB inputs are several zstd blocks: numcodecs encodes them (its bytes, zarr's).
     assert not big.batch_encodes
     assert backend.batching(big, n, remote=False, op="encode").size == 1
-    assert not blosc.batch_encodes
+    assert not blosc.batch_encodes and not blosc.light
     assert backend.batching(blosc, n, remote=False, op="encode").size == 1
+    # Light chunks (2 KiB of blosc lz4) decode and encode on one thread, in one batch; their
+    # reads (with I/O) stay one per task; 32 KiB ones are not light.
+    assert light.light and not light_big.light and not small.light
+    for op in ("encode", "decode"):
+        assert backend.batching(light, n, remote=False, op=op) == Batching(n, parallel=False)
+        assert backend.batching(light_big, n, remote=False, op=op).size == 1
+    assert backend.batching(light, n, remote=False, op="read").size == 1
     chunks = [np.full((256, 256), i, "f8") for i in range(2)]
     ref = numcodecs.Zstd(level=4)
     assert [bytes(b) for b in big.encode_many(chunks)] == [bytes(ref.encode(c)) for c in chunks]

@@ -192,9 +192,17 @@ class CpuBackend:
         Batched reads are for local stores only: remote stores are bound by requests in
         flight, not by the GIL. Encodes batch one-block zstd chunks (one GIL-free call per
         batch, :meth:`~cuzarr.codecs.chain.ChunkCodec.encode_many`) for any store.
+
+        Decodes and encodes (no I/O) of many light chunks (``codec.light``: a few
+        microseconds of codec work each, blosc lz4 inner chunks of 8 KiB) run on one thread:
+        each call holds the GIL for longer than it releases it, so a second thread only adds
+        GIL handoffs (measured: 16^3 ``u2`` blosc-lz4 inner chunks decoded at 326 MB/s on one
+        thread, 212 MB/s on two).
         """
         if n < 2 * ZSTD_BATCH:
             return EACH
+        if op != "read" and codec.light:
+            return Batching(size=n, parallel=False)
         if op == "encode":
             return ZSTD_BATCHES if codec.batch_encodes else EACH
         if self._zstd_params(codec)[1] and not (op == "read" and remote):

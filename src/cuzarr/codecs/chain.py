@@ -28,7 +28,11 @@ from cuzarr.codecs.numcodecs_ import (
 from cuzarr.codecs.sharding.format import ShardingCodec
 from cuzarr.errors import CorruptChunkError
 
-__all__ = ["ChunkCodec", "V2ChunkCodec"]
+__all__ = ["LIGHT_CHUNK", "ChunkCodec", "V2ChunkCodec"]
+
+#: Chunks up to this size through light codecs only (:attr:`ChunkCodec.light`) are a few
+#: microseconds of codec work each.
+LIGHT_CHUNK = 16 * 1024
 
 @dataclass(frozen=True, slots=True)
 class ChunkCodec:
@@ -169,6 +173,20 @@ class ChunkCodec:
         """Whether :meth:`encode_many` encodes in one GIL-free call (one-block zstd chunks)."""
         return self.zstd_frames and self.nbytes <= ZSTD_ONE_BLOCK
 
+    @property
+    def light(self) -> bool:
+        """Whether a chunk is only a few microseconds of codec work (too little to share).
+
+        Chunks of at most :data:`LIGHT_CHUNK` bytes in the stored byte order, without
+        ``array -> array`` codecs, compressed (if at all) by a light codec only
+        (:attr:`NumcodecsBytesCodec.light`: blosc lz4, lz4).
+        """
+        return (
+            self.nbytes <= LIGHT_CHUNK
+            and self.direct
+            and all(isinstance(c, NumcodecsBytesCodec) and c.light for c in self.bytes_codecs)
+        )
+
     def encode_many(self, arrs: Sequence[npt.NDArray[Any]]) -> list[Buf]:
         """Encode several chunk arrays: the same bytes as :meth:`encode` for each.
 
@@ -295,6 +313,15 @@ class V2ChunkCodec:
     def batch_encodes(self) -> bool:
         """Whether :meth:`encode_many` encodes in one GIL-free call (one-block zstd chunks)."""
         return self.zstd_frames and self.nbytes <= ZSTD_ONE_BLOCK
+
+    @property
+    def light(self) -> bool:
+        """Whether a chunk is only a few microseconds of codec work (see ``ChunkCodec``)."""
+        return (
+            self.nbytes <= LIGHT_CHUNK
+            and self.direct
+            and (self.compressor is None or self.compressor.light)
+        )
 
     def encode_many(self, arrs: Sequence[npt.NDArray[Any]]) -> list[Buf]:
         """Encode several chunk arrays: the same bytes as :meth:`encode` for each.

@@ -29,7 +29,7 @@ from cuzarr.codecs.base import Buf
 from cuzarr.codecs.sharding.reader import ShardBytes
 from cuzarr.engine.context import ArrayContext, run_batches, waves
 from cuzarr.engine.requests import ChunkRequest
-from cuzarr.engine.selection import is_full, iter_blocks, needed_blocks, rebase
+from cuzarr.engine.selection import flat_indexes, is_full, iter_blocks, needed_blocks, rebase
 from cuzarr.errors import CorruptChunkError
 from cuzarr.stores import io_threads
 from cuzarr.stores.base import BufferPool, ChunkStore, Coalescing
@@ -275,7 +275,7 @@ def _fetch_group(
     for i, req, out, drop_axes in members:
         per_dim = needed_blocks(req.chunk_selection, sh.chunk_shape, shard_shape)
         blocks = list(iter_blocks(per_dim))
-        flat = [int(np.ravel_multi_index(b, cps)) for b in blocks]
+        flat = flat_indexes(per_dim, cps)
         planned.append((i, req, out, drop_axes, blocks, flat, per_dim))
         union.update(flat)
     found = None

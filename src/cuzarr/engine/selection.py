@@ -54,6 +54,18 @@ def iter_blocks(per_dim: Sequence[npt.NDArray[np.intp]]) -> Iterator[tuple[int, 
     return itertools.product(*(map(int, d) for d in per_dim))
 
 
+def flat_indexes(per_dim: Sequence[npt.NDArray[np.intp]], grid: Sequence[int]) -> list[int]:
+    """C-order indexes in a grid of shape ``grid`` of the blocks :func:`iter_blocks` yields.
+
+    In the same order, computed for all blocks at once (``ravel_multi_index`` per block costs
+    more than decoding a small inner chunk).
+    """
+    flat = np.zeros(1, np.intp)
+    for d, n in zip(per_dim, grid, strict=True):
+        flat = (flat[:, None] * n + np.asarray(d, np.intp)[None, :]).reshape(-1)
+    return [int(i) for i in flat.tolist()]
+
+
 def rebase(
     selection: Sequence[Selector], origin: Sequence[int], size: Sequence[int]
 ) -> tuple[Selector, ...]:

@@ -22,15 +22,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from cuzarr.backends.base import DecodeItem
 from cuzarr.backends.cpu import parallel_map
 from cuzarr.codecs.base import Buf
 from cuzarr.engine.context import ArrayContext, run_batches, waves
 from cuzarr.engine.locks import write_locks
 from cuzarr.engine.requests import ChunkRequest
-from cuzarr.engine.selection import is_full, iter_blocks, needed_blocks, rebase, selection_box
+from cuzarr.engine.selection import (
+    flat_indexes,
+    is_full,
+    iter_blocks,
+    needed_blocks,
+    rebase,
+    selection_box,
+)
 from cuzarr.errors import CorruptChunkError
 from cuzarr.stores import io_threads
 from cuzarr.stores.base import ChunkStore, GetResult, PutMode
@@ -311,7 +316,7 @@ def _plan_shard(
     blocks = list(iter_blocks(per_dim))
     if not blocks:
         return None
-    flat = [int(np.ravel_multi_index(b, sh.chunks_per_shard)) for b in blocks]
+    flat = flat_indexes(per_dim, sh.chunks_per_shard)
     # Only a write covering every cell of the shard replaces it without reading it. A request
     # zarr calls complete covers the shard's cells inside the array, but a shard at the array's
     # edge (or kept by a shrinking resize) may hold cells beyond the shape that zarr keeps:

@@ -140,10 +140,11 @@ class ShardingCodec:
 
         ``u8`` holds the whole shard, ``table`` its decoded (validated) index.
         """
+        offsets: list[int] = table[:, 0].tolist()
+        lengths: list[int] = table[:, 1].tolist()
+        empty = int(EMPTY)
         return {
-            i: u8[int(table[i, 0]) : int(table[i, 0]) + int(table[i, 1])]
-            for i in flat
-            if table[i, 0] != EMPTY
+            i: u8[offsets[i] : offsets[i] + lengths[i]] for i in flat if offsets[i] != empty
         }
 
     def decode_index(self, raw: Buf, *, shard_nbytes: int | None) -> npt.NDArray[np.uint64]:
