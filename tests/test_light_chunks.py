@@ -105,3 +105,23 @@ def test_corrupt_light_inner_chunk_is_named(tmp_path: Path) -> None:
     with pytest.raises(CorruptChunkError) as info:
         a[...]
     assert "c/0/0/0" in str(info.value) and "blosc" in str(info.value)
+
+
+@pytest.mark.parametrize("typesize", [None, 1, 2, 8])
+@pytest.mark.parametrize("shuffle", [-1, 0, 1, 2])
+def test_blosc_encode_equals_numcodecs(shuffle: int, typesize: int | None) -> None:
+    import numcodecs
+    import numcodecs.blosc
+
+    from cuzarr.codecs.numcodecs_ import NumcodecsBytesCodec
+
+    for cname in numcodecs.blosc.list_compressors():
+        config: dict[str, Any] = {"id": "blosc", "cname": cname, "clevel": 5, "shuffle": shuffle}
+        if typesize is not None:
+            config["typesize"] = typesize
+        codec = numcodecs.get_codec(config)
+        ours = NumcodecsBytesCodec("blosc", codec, typesize=typesize)
+        for dtype in ("u1", "<u2", "<f8", "?", "<M8[s]", "<m8[ns]", "S3", "<U2", "V4"):
+            x = (np.arange(3000) % 97).astype("<u4").view("u1")[: 12000].view(dtype)
+            for data in (x, x.view(np.uint8), x.tobytes()):
+                assert bytes(ours.encode(data)) == bytes(codec.encode(data)), (cname, dtype)

@@ -205,8 +205,11 @@ def build_chunk_codec(
     if spec.compressor is not None:
         c = spec.compressor
         reader = JsonReader(c.configuration, b.document, spec.path, "compressor")
+        config = dict(c.configuration)
         compressor = NumcodecsBytesCodec(
-            c.name, b.numcodec(c.name, dict(c.configuration), "compressor", reader),
+            c.name,
+            b.numcodec(c.name, config, "compressor", reader),
             max_chunk_nbytes,
+            typesize=config.get("typesize"),
         )
     return V2ChunkCodec(spec.chunk_shape, spec.dtype, spec.order, tuple(filters), compressor)

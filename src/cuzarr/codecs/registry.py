@@ -193,7 +193,10 @@ def _v3_numcodec(
         )
     plain = JsonReader(config, r.document, r.path, r.prefix)
     return NumcodecsBytesCodec(
-        codec.name, b.numcodec(codec_id, config, where, plain), b.max_chunk_nbytes
+        codec.name,
+        b.numcodec(codec_id, config, where, plain),
+        b.max_chunk_nbytes,
+        typesize=config.get("typesize"),
     )
 
 
@@ -206,8 +209,12 @@ def _numcodecs_bytes(
 ) -> NumcodecsBytesCodec:
     codec_id = codec.name.removeprefix("numcodecs.")
     r = b.reader(codec, where)
+    config = dict(codec.configuration)
     return NumcodecsBytesCodec(
-        codec.name, b.numcodec(codec_id, dict(codec.configuration), where, r), b.max_chunk_nbytes
+        codec.name,
+        b.numcodec(codec_id, config, where, r),
+        b.max_chunk_nbytes,
+        typesize=config.get("typesize"),
     )
 
 
