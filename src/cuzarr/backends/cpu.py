@@ -298,8 +298,6 @@ class CpuBackend:
 
     def encode(self, codec: Codec, chunks: Sequence[Any]) -> list[Buf]:
         """Encode the chunks with the chain's CPU codecs (one-block zstd: in one call)."""
-        if len(chunks) == 1:
-            return [codec.encode(chunks[0])]
         return codec.encode_many(chunks)
 
     def all_equal(self, chunk: Any, fill: Any) -> bool:

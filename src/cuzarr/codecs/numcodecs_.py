@@ -134,6 +134,14 @@ def _inflate(stream: _Stream, codec: Numcodec, data: Buf, limit: int, name: str)
 _zstd_local = threading.local()
 
 
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    """The calling thread's decompression context (reused)."""
+    dctx = getattr(_zstd_local, "dctx", None)
+    if dctx is None:
+        dctx = _zstd_local.dctx = zstandard.ZstdDecompressor()
+    return dctx
+
+
 def _zstd_decode_into(data: Buf, out: npt.NDArray[np.uint8], name: str) -> None:
     """Decode one zstd frame into ``out`` with this thread's reused decompression context.
 
@@ -141,9 +149,7 @@ def _zstd_decode_into(data: Buf, out: npt.NDArray[np.uint8], name: str) -> None:
     costs ~10 us: more than decoding an 8 KiB chunk) and releases the GIL while decoding.
     Frames are decoded exactly as numcodecs' ``Zstd.decode`` would (same libzstd format).
     """
-    dctx = getattr(_zstd_local, "dctx", None)
-    if dctx is None:
-        dctx = _zstd_local.dctx = zstandard.ZstdDecompressor()
+    dctx = _zstd_decompressor()
     view = memoryview(out).cast("B")
     n = len(view)
     got = 0
@@ -195,9 +201,7 @@ def zstd_decode_many(frames: list[Buf], size: int, name: str = "zstd") -> Any:
     if not frames:
         # python-zstandard 0.25 dies of SIGFPE on an empty list instead of returning nothing.
         return []
-    dctx = getattr(_zstd_local, "dctx", None)
-    if dctx is None:
-        dctx = _zstd_local.dctx = zstandard.ZstdDecompressor()
+    dctx = _zstd_decompressor()
     sizes = np.full(len(frames), size, np.uint64).tobytes()
     try:
         return dctx.multi_decompress_to_buffer(
