@@ -24,6 +24,7 @@ import zarr.storage
 import cuzarr
 from cuzarr.errors import NodeNotFoundError, ReadOnlyError, StaleObjectError, StoreError
 from loopback.services import Service
+from loopback.shards import byte_runs, shard_table
 
 pytestmark = pytest.mark.object_store
 pytest.importorskip("obstore")
@@ -134,20 +135,7 @@ def sharded(service: Service) -> tuple[str, str, np.ndarray]:
 
 def _shard_table(service: Service, bucket: str, key: str, n_inner: int) -> np.ndarray:
     """The shard's index, read raw and parsed here (index at the end, crc32c last)."""
-    body = service.get_raw(bucket, key)
-    return np.frombuffer(body[-(16 * n_inner + 4) : -4], dtype="<u8").reshape(n_inner, 2)
-
-
-def _runs(table: np.ndarray, flat: list[int]) -> list[tuple[int, int]]:
-    """Byte runs of the needed inner chunks, merging only touching ranges (max_gap=0)."""
-    spans = sorted((int(table[i, 0]), int(table[i, 1])) for i in flat)
-    runs: list[tuple[int, int]] = []
-    for start, length in spans:
-        if runs and runs[-1][0] + runs[-1][1] == start:
-            runs[-1] = (runs[-1][0], runs[-1][1] + length)
-        else:
-            runs.append((start, length))
-    return runs
+    return shard_table(service.get_raw(bucket, key), n_inner)
 
 
 def test_partial_sharded_read_fetches_only_needed_ranges(
@@ -160,7 +148,7 @@ def test_partial_sharded_read_fetches_only_needed_ranges(
     wanted = [(1, 0), (1, 1), (2, 0), (2, 1)]  # rows 8:24, columns 32:48 of shard (0, 1)
     flat = [int(np.ravel_multi_index(b, (4, 4))) for b in wanted]
     table = _shard_table(service, bucket, "s.zarr/c/0/1", 16)
-    runs = _runs(table, flat)
+    runs = byte_runs(table, flat)
     index_nbytes = 16 * 16 + 4
     shard = service.path(bucket, "s.zarr/c/0/1")
 

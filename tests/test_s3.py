@@ -27,6 +27,7 @@ import zarr.storage
 import cuzarr
 from cuzarr.errors import NodeNotFoundError, StoreError
 from loopback.s3 import KEY, REGION, S3, SECRET
+from loopback.shards import byte_runs, shard_table
 
 pytestmark = pytest.mark.s3
 
@@ -242,21 +243,7 @@ def test_group_and_listing(s3: S3, bucket: str) -> None:
 
 def _shard_table(s3: S3, bucket: str, key: str, n_inner: int) -> np.ndarray:
     """The shard's index, read with boto3 and parsed here (index at the end, crc32c last)."""
-    body = s3.client().get_object(Bucket=bucket, Key=key)["Body"].read()
-    index = np.frombuffer(body[-(16 * n_inner + 4) : -4], dtype="<u8")
-    return index.reshape(n_inner, 2)
-
-
-def _runs(table: np.ndarray, flat: list[int]) -> list[tuple[int, int]]:
-    """Byte runs of the needed inner chunks, merging only touching ranges (max_gap=0)."""
-    spans = sorted((int(table[i, 0]), int(table[i, 1])) for i in flat)
-    runs: list[tuple[int, int]] = []
-    for start, length in spans:
-        if runs and runs[-1][0] + runs[-1][1] == start:
-            runs[-1] = (runs[-1][0], runs[-1][1] + length)
-        else:
-            runs.append((start, length))
-    return runs
+    return shard_table(s3.client().get_object(Bucket=bucket, Key=key)["Body"].read(), n_inner)
 
 
 @pytest.fixture
@@ -283,7 +270,7 @@ def test_partial_sharded_read_fetches_only_needed_ranges(
     wanted = [(1, 0), (1, 1), (2, 0), (2, 1)]
     flat = [int(np.ravel_multi_index(b, (4, 4))) for b in wanted]
     table = _shard_table(s3, bucket, "s.zarr/c/0/1", 16)
-    runs = _runs(table, flat)
+    runs = byte_runs(table, flat)
     index_nbytes = 16 * 16 + 4
 
     s3.log.clear()

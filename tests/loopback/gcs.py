@@ -68,8 +68,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from xml.etree import ElementTree
 
-from loopback.log import Request, RequestLog
-from loopback.proxy import read_body
+from loopback.log import RequestLog
+from loopback.proxy import read_body, request_entry
 
 __all__ = ["FakeGCS", "fake_gcs_binary"]
 
@@ -255,15 +255,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _serve(self) -> None:
         body = read_body(self)
         split = urllib.parse.urlsplit(self.path)
-        entry = Request(
-            method=self.command,
-            path=urllib.parse.unquote(split.path),
-            query=split.query,
-            range=self.headers.get("Range"),
-            if_match=self.headers.get("If-Match"),
-            if_none_match=self.headers.get("If-None-Match"),
-            sent=len(body),
-        )
+        entry = request_entry(self, body, split)
         log = self.server.log
         fault = log.take_fault(self.command)
         if fault is not None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from loopback.log import Request, RequestLog
 
-__all__ = ["LoggingProxy", "read_body"]
+__all__ = ["LoggingProxy", "read_body", "request_entry"]
 
 
 def read_body(handler: http.server.BaseHTTPRequestHandler) -> bytes:
@@ -33,6 +33,25 @@ def read_body(handler: http.server.BaseHTTPRequestHandler) -> bytes:
             handler.rfile.readline()
     length = int(handler.headers.get("Content-Length") or 0)
     return bytes(handler.rfile.read(length)) if length else b""
+
+
+def request_entry(
+    handler: http.server.BaseHTTPRequestHandler, body: bytes, split: urllib.parse.SplitResult
+) -> Request:
+    """The log entry of the request a handler received (status and reply size filled later).
+
+    The range is ``Range`` or Azure's ``x-ms-range``.
+    """
+    headers = handler.headers
+    return Request(
+        method=handler.command,
+        path=urllib.parse.unquote(split.path),
+        query=split.query,
+        range=headers.get("Range") or headers.get("x-ms-range"),
+        if_match=headers.get("If-Match"),
+        if_none_match=headers.get("If-None-Match"),
+        sent=len(body),
+    )
 
 #: Hop-by-hop headers (RFC 9110 7.6.1) are not forwarded; bodies are re-framed.
 _HOP = frozenset(
@@ -59,15 +78,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _forward(self) -> None:
         body = read_body(self)
         split = urllib.parse.urlsplit(self.path)
-        entry = Request(
-            method=self.command,
-            path=urllib.parse.unquote(split.path),
-            query=split.query,
-            range=self.headers.get("Range") or self.headers.get("x-ms-range"),
-            if_match=self.headers.get("If-Match"),
-            if_none_match=self.headers.get("If-None-Match"),
-            sent=len(body),
-        )
+        entry = request_entry(self, body, split)
         log = self.server.log
         fault = log.take_fault(self.command)
         if fault is not None:
