@@ -36,5 +36,5 @@ zarr-suite: venv
 
 lint:
 	@scripts/bootstrap.sh dev
-	$(VENV)/ruff check src tests scripts
+	$(VENV)/ruff check src tests scripts hatch_build.py
 	$(VENV)/mypy

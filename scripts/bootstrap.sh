@@ -8,7 +8,7 @@
 # $(pyenv root)/versions/3.13*/bin/python3, then 3.12* (pyenv root falls back to ~/.pyenv when
 # pyenv is not on PATH). Each candidate is run to check its version (pyenv shims exist on PATH
 # even for versions that are not active). A second run with an unchanged pyproject.toml only
-# checks a stamp file and returns.
+# checks a stamp file and returns (the stamp also covers the batch helper's C source).
 set -euo pipefail
 
 extra="${1:-test}"
@@ -72,7 +72,11 @@ if [[ "$extra" == test || "$extra" == dev ]]; then
     install_node_servers
 fi
 
-hash_of() { sha256sum "$root/pyproject.toml" | cut -d' ' -f1; }
+# What an install is built from: the metadata, and the batch helper the build hook compiles.
+hash_of() {
+    cat "$root/pyproject.toml" "$root/hatch_build.py" "$root/src/cuzarr/_native/czbatch.c" \
+        | sha256sum | cut -d' ' -f1
+}
 want="$(hash_of) $extra"
 
 if [[ -x "$venv/bin/python" ]] && usable_python "$venv/bin/python" >/dev/null \

@@ -17,12 +17,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from cuzarr.codecs.base import Buf
 from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
 from cuzarr.errors import CorruptChunkError, CuzarrError
 from cuzarr.stores.base import ChunkStore
 
-__all__ = ["EACH", "Backend", "Batching", "Codec", "DecodeItem", "Namer", "Op", "decode_failure"]
+__all__ = [
+    "EACH",
+    "Backend",
+    "Batching",
+    "Codec",
+    "DecodeItem",
+    "EncodedGrid",
+    "InnerGrid",
+    "Namer",
+    "Op",
+    "decode_failure",
+]
 
 Codec = ChunkCodec | V2ChunkCodec
 #: What a batch does: fetch and decode chunks, decode inner chunks, or encode.
@@ -44,6 +58,31 @@ class DecodeItem(NamedTuple):
     #: The chunk's (or shard's) key, and for an inner chunk of a shard its coordinates.
     key: str
     inner: tuple[int, ...] | None = None
+
+
+class InnerGrid(NamedTuple):
+    """A box of inner chunks of one shard whose stored bytes lie in one host buffer."""
+
+    #: The shard's bytes (contiguous).
+    data: npt.NDArray[np.uint8]
+    #: Per inner chunk of the box, in C order: where its bytes begin in ``data`` (``-1``:
+    #: empty, it reads as the fill value) and how many there are.
+    starts: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int64]
+    #: Inner chunks per dimension of the box, and the coordinates of its first one.
+    grid: tuple[int, ...]
+    origin: tuple[int, ...]
+    #: The shard's key (for messages).
+    key: str
+
+
+class EncodedGrid(NamedTuple):
+    """The encoded inner chunks of a box, C order over the box: row ``i`` holds chunk ``i``."""
+
+    #: ``(n, stride)``: chunk ``i``'s stored bytes are ``rows[i, :sizes[i]]``.
+    rows: npt.NDArray[np.uint8]
+    #: Stored size per chunk; ``0``: the chunk is all fill value and left out of the shard.
+    sizes: npt.NDArray[np.int64]
 
 
 #: Names a chunk in messages from its key and inner coordinates (``ArrayContext.where``): only
@@ -150,8 +189,32 @@ class Backend(Protocol):
         """
         ...
 
+    def decode_grid(
+        self, codec: Codec, grid: InnerGrid, dest: Array, fill: Any, name: Namer, threads: int
+    ) -> bool:
+        """Decode a box of inner chunks into ``dest`` at once, if this backend can.
+
+        ``dest`` has the box's shape (``grid`` times ``codec.shape``). Returns whether it was
+        done (``False``: nothing written; the loops decode the inner chunks one by one).
+
+        Raises
+        ------
+        CorruptChunkError
+            Naming (with ``name``) the inner chunk that failed.
+        """
+        ...
+
     def encode(self, codec: Codec, chunks: Sequence[Array]) -> list[Buf]:
         """Encode chunk-shaped arrays to stored bytes (host memory)."""
+        ...
+
+    def encode_grid(
+        self, codec: Codec, src: Array, fill: Any, write_empty: bool, threads: int
+    ) -> EncodedGrid | None:
+        """Encode every inner chunk of a box ``src`` (whole inner chunks) at once, if possible.
+
+        ``None``: not done here (the loops encode the inner chunks one by one).
+        """
         ...
 
     def all_equal(self, chunk: Array, fill: Any) -> bool:

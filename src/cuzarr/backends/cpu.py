@@ -15,6 +15,7 @@ zstd chunks decode in GIL-free batches.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -25,8 +26,20 @@ import numpy as np
 import numpy.typing as npt
 
 from cuzarr import _zarr_compat as compat
-from cuzarr.backends.base import EACH, Batching, Codec, DecodeItem, Namer, Op, reraise_decode
-from cuzarr.codecs.base import Buf
+from cuzarr.backends.base import (
+    EACH,
+    Batching,
+    Codec,
+    DecodeItem,
+    EncodedGrid,
+    InnerGrid,
+    Namer,
+    Op,
+    reraise_decode,
+)
+from cuzarr.codecs import blosc_batch
+from cuzarr.codecs.base import Buf, as_u8
+from cuzarr.codecs.chain import ChunkCodec
 from cuzarr.codecs.numcodecs_ import zstd_decode_many
 from cuzarr.errors import CorruptChunkError
 from cuzarr.stores.base import ChunkStore
@@ -39,6 +52,11 @@ __all__ = ["CpuBackend", "cpu_pool", "parallel_map"]
 ZSTD_BATCH = 16
 ZSTD_BATCH_MAX_CHUNK = 128 * 1024
 ZSTD_BATCHES = Batching(size=ZSTD_BATCH, parallel=True)
+
+#: Boxes of at least this many inner chunks decode at once (:meth:`CpuBackend.decode_grid`), in
+#: parts of about ``GRID_PART_BYTES`` decoded bytes (a part: whole slabs along the first axis).
+GRID_MIN = 2 * ZSTD_BATCH
+GRID_PART_BYTES = 2 << 20
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
@@ -265,6 +283,149 @@ class CpuBackend:
         except Exception as exc:
             reraise_decode(name(key, inner), exc)
             raise  # pragma: no cover - reraise_decode always raises
+
+    def decode_grid(
+        self, codec: Codec, grid: InnerGrid, dest: Any, fill: Any, name: Namer, threads: int
+    ) -> bool:
+        """Decode a box of Blosc inner chunks in C loops, then one strided copy per part.
+
+        Taken for chains whose stored bytes are one Blosc frame (``codec.blosc_params``) when
+        the batch helper is built: per part (whole slabs of the box along its first axis,
+        about :data:`GRID_PART_BYTES`), the frames are decoded into a contiguous scratch
+        buffer by one GIL-free call (:func:`~cuzarr.codecs.blosc_batch.decode_frames`), empty
+        inner chunks filled, and the part copied into ``dest`` by one NumPy assignment
+        through a view that interleaves the grid and chunk axes. Parts run on ``threads``
+        threads. A frame the batch refuses is decoded on its own, which names what is wrong.
+        """
+        n = len(grid.starts)
+        if (
+            n < GRID_MIN
+            or not isinstance(codec, ChunkCodec)
+            or codec.blosc_params is None
+            or not blosc_batch.available()
+            or not isinstance(dest, np.ndarray)
+            or dest.dtype != codec.dtype
+            or not dest.flags.writeable
+        ):
+            return False
+        shape, g, nbytes, nd = codec.shape, grid.grid, codec.nbytes, len(codec.shape)
+        assert dest.shape == tuple(a * c for a, c in zip(g, shape, strict=True))
+        slab = n // g[0]
+        step = max(1, GRID_PART_BYTES // max(1, slab * nbytes))
+        parts = [(a, min(a + step, g[0])) for a in range(0, g[0], step)]
+        # (k0, c0, k1, c1, ...) over dest, and the same axes of a part's (k0, k1, ..., c0, ...)
+        interleave = tuple(i for d in range(nd) for i in (d, d + nd))
+
+        def one(part: tuple[int, int]) -> None:
+            a0, a1 = part
+            lo, hi = a0 * slab, a1 * slab
+            m = hi - lo
+            stage = self._scratch.get((m * nbytes,), np.dtype(np.uint8))
+            starts, lengths = grid.starts[lo:hi], grid.lengths[lo:hi]
+            present = starts >= 0
+            rows = np.flatnonzero(present)
+            ok = blosc_batch.decode_frames(
+                grid.data, starts[rows], lengths[rows], stage, rows * nbytes, nbytes
+            )
+            chunks = stage.view(codec.dtype).reshape((m, *shape))
+            if len(rows) < m:
+                chunks[~present] = fill
+            for j in rows[~ok].tolist():
+                start, length = int(starts[j]), int(lengths[j])
+                inner = tuple(
+                    o + int(x)
+                    for o, x in zip(grid.origin, np.unravel_index(lo + j, g), strict=True)
+                )
+                item = DecodeItem(grid.data[start : start + length], chunks[j], grid.key, inner)
+                self._decode_one(codec, item, False, name)
+            target = dest[a0 * shape[0] : a1 * shape[0]]
+            view = np.lib.stride_tricks.as_strided(
+                target,
+                shape=tuple(x for k, c in zip((a1 - a0, *g[1:]), shape, strict=True)
+                            for x in (k, c)),
+                strides=tuple(x for st, c in zip(target.strides, shape, strict=True)
+                              for x in (st * c, st)),
+            )
+            view[...] = chunks.reshape((a1 - a0, *g[1:], *shape)).transpose(interleave)
+
+        parallel_map(one, parts, threads)
+        return True
+
+    def encode_grid(
+        self, codec: Codec, src: Any, fill: Any, write_empty: bool, threads: int
+    ) -> EncodedGrid | None:
+        """Encode a box of Blosc inner chunks: one strided copy and one C loop per part.
+
+        Taken for chains whose stored bytes are one Blosc frame (``codec.blosc_params``) when
+        the batch helper is built and the box holds at least :data:`GRID_MIN` inner chunks.
+        Per part (whole slabs along the first axis), the inner chunks are copied into a
+        contiguous buffer in C order of the box, those equal to the fill value found (zarr's
+        rule, :meth:`all_equal`, asked only of chunks whose first element does not already
+        differ from it), and the rest compressed by one GIL-free call
+        (:func:`~cuzarr.codecs.blosc_batch.encode_rows`): numcodecs' frames, byte for byte.
+        """
+        params = codec.blosc_params if isinstance(codec, ChunkCodec) else None
+        if (
+            params is None
+            or not blosc_batch.available()
+            or not isinstance(src, np.ndarray)
+            or src.dtype != codec.dtype
+        ):
+            return None
+        shape, nbytes, nd = codec.shape, codec.nbytes, len(codec.shape)
+        g = tuple(s // c for s, c in zip(src.shape, shape, strict=True))
+        n = math.prod(g)
+        if n < GRID_MIN or src.shape != tuple(a * c for a, c in zip(g, shape, strict=True)):
+            return None
+        # The stored byte order must be the in-memory one (``direct``): checked by blosc_params.
+        slab = n // g[0]
+        step = max(1, GRID_PART_BYTES // max(1, slab * nbytes))
+        parts = [(a, min(a + step, g[0])) for a in range(0, g[0], step)]
+        stride = nbytes + blosc_batch.BLOSC_OVERHEAD
+        rows = np.empty((n, stride), np.uint8)
+        flat_rows = rows.reshape(-1)
+        sizes = np.zeros(n, np.int64)
+        interleave = tuple(i for d in range(nd) for i in (d, d + nd))
+        inverse = tuple(int(i) for i in np.argsort(interleave))
+
+        def one(part: tuple[int, int]) -> None:
+            a0, a1 = part
+            lo, m = a0 * slab, (a1 - a0) * slab
+            source = src[a0 * shape[0] : a1 * shape[0]]
+            view = np.lib.stride_tricks.as_strided(
+                source,
+                shape=tuple(x for k, c in zip((a1 - a0, *g[1:]), shape, strict=True)
+                            for x in (k, c)),
+                strides=tuple(x for st, c in zip(source.strides, shape, strict=True)
+                              for x in (st * c, st)),
+                writeable=False,
+            )
+            stage = self._scratch.get((m, *shape), codec.dtype)
+            stage.reshape((a1 - a0, *g[1:], *shape))[...] = view.transpose(inverse)
+            keep = np.ones(m, bool)
+            if not write_empty:
+                first = stage.reshape(m, -1)[:, 0]
+                try:
+                    with np.errstate(invalid="ignore"):
+                        differs = np.asarray((first == first) & (first != fill), bool)
+                except (TypeError, ValueError):
+                    differs = np.zeros(m, bool)
+                for j in np.flatnonzero(~differs).tolist():
+                    keep[j] = not self.all_equal(stage[j], fill)
+            todo = np.flatnonzero(keep)
+            u8 = stage.reshape(-1).view(np.uint8)
+            got = blosc_batch.encode_rows(
+                u8, todo * nbytes, nbytes, params, flat_rows, (lo + todo) * stride
+            )
+            sizes[lo + todo] = got
+            for j in todo[got <= 0].tolist():
+                # c-blosc refused: numcodecs reports why (or encodes it after all)
+                blob = as_u8(codec.encode(stage[j]))
+                rows[lo + j, : blob.nbytes] = blob
+                sizes[lo + j] = blob.nbytes
+
+        parallel_map(one, parts, threads)
+        return EncodedGrid(rows, sizes)
 
     def _decode_zstd_batch(
         self, codec: Codec, items: Sequence[DecodeItem]

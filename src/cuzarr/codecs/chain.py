@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cuzarr.codecs.base import ArrayToArray, ArrayToBytes, Buf, BytesToBytes, as_u8
+from cuzarr.codecs.blosc_batch import BloscParams
 from cuzarr.codecs.bytes_ import BytesCodec
 from cuzarr.codecs.numcodecs_ import (
     ZSTD_ONE_BLOCK,
@@ -186,6 +187,21 @@ class ChunkCodec:
             and self.direct
             and all(isinstance(c, NumcodecsBytesCodec) and c.light for c in self.bytes_codecs)
         )
+
+    @property
+    def blosc_params(self) -> BloscParams | None:
+        """The compressor's arguments when stored bytes are one Blosc frame of the chunk.
+
+        That is: the chunk's memory in the stored byte order (:attr:`direct`), compressed by
+        ``blosc`` with a known ``typesize`` and nothing else, so that
+        :mod:`cuzarr.codecs.blosc_batch` may decode and encode it. ``None`` otherwise.
+        """
+        if not self.direct or len(self.bytes_codecs) != 1:
+            return None
+        codec = self.bytes_codecs[0]
+        if not isinstance(codec, NumcodecsBytesCodec):
+            return None
+        return BloscParams.of(codec.codec, codec.typesize)
 
     def encode_many(self, arrs: Sequence[npt.NDArray[Any]]) -> list[Buf]:
         """Encode several chunk arrays: the same bytes as :meth:`encode` for each.

@@ -16,6 +16,7 @@ scatters each item's selection.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cuzarr.backends.base import DecodeItem
+from cuzarr.backends.base import DecodeItem, InnerGrid
 from cuzarr.backends.cpu import parallel_map
 from cuzarr.codecs.base import Buf
 from cuzarr.codecs.sharding.reader import ShardBytes
@@ -229,6 +230,11 @@ def read_shards(
         for _i, r in reads:
             if r.found is None:
                 continue
+            grid = _inner_grid(ctx, r)
+            if grid is not None and backend.decode_grid(
+                sh.inner, grid, r.dest, ctx.fill, ctx.where, n
+            ):
+                continue
             sources = r.found.sources
             for b, flat in zip(r.blocks, r.flat, strict=True):
                 src = sources.get(flat)
@@ -312,6 +318,26 @@ def _with_dest(
     hi = tuple((int(d[-1]) + 1) * c for d, c in zip(per_dim, sh.chunk_shape, strict=True))
     box = ctx.backend.empty(tuple(b - a for a, b in zip(lo, hi, strict=True)), ctx.codec.dtype)
     return replace(r, found=found, dest=box, origin=lo)
+
+
+def _inner_grid(ctx: ArrayContext, r: _ShardItem) -> InnerGrid | None:
+    """``r``'s inner chunks as one :class:`InnerGrid`, or ``None``.
+
+    Only when they fill its destination box and the whole shard was read in one piece.
+    """
+    sh = ctx.sharding
+    assert sh is not None and r.found is not None
+    whole = r.found.whole
+    if whole is None or not r.flat:
+        return None
+    box = tuple(s // c for s, c in zip(r.dest.shape, sh.chunk_shape, strict=True))
+    if len(r.flat) != math.prod(box):
+        return None
+    rows = r.found.table[np.asarray(r.flat, np.intp)]
+    starts = rows[:, 0].astype(np.int64)  # EMPTY (2**64 - 1) becomes -1
+    lengths = rows[:, 1].astype(np.int64)
+    origin = tuple(o // c for o, c in zip(r.origin, sh.chunk_shape, strict=True))
+    return InnerGrid(whole, starts, lengths, box, origin, r.request.key)
 
 
 def _inner_region(

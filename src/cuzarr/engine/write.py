@@ -18,13 +18,18 @@ untouched inner chunks, and puts it once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cuzarr.backends.base import DecodeItem
+import numpy as np
+import numpy.typing as npt
+
+from cuzarr.backends.base import DecodeItem, EncodedGrid
 from cuzarr.backends.cpu import parallel_map
 from cuzarr.codecs.base import Buf
+from cuzarr.codecs.sharding.format import InnerSources
 from cuzarr.engine.context import ArrayContext, run_batches, waves
 from cuzarr.engine.locks import write_locks
 from cuzarr.engine.requests import ChunkRequest
@@ -192,8 +197,8 @@ class _ShardWrite:
     src: Any
     #: (C-order inner chunk index, region of ``src``) of every touched inner chunk.
     touched: list[tuple[int, tuple[slice, ...]]]
-    #: Encoded inner chunks of the new shard: kept ones, then replaced ones (phase two fills
-    #: in the touched ones; ``None`` leaves an empty inner chunk out).
+    #: Encoded inner chunks of the new shard, for the per-chunk path: the old shard's (copied
+    #: from ``old_shard`` when that path is taken), then phase two replaces the touched ones.
     stored: dict[int, Buf] = field(default_factory=dict)
     #: Whether the shard was read (a read-modify-write), and what was read (``None``: missing).
     read: bool = False
@@ -202,6 +207,11 @@ class _ShardWrite:
     kept: list[DecodeItem] = field(default_factory=list)
     #: Writes the new values into ``src`` (after ``kept`` is decoded); ``None``: nothing to do.
     fill: Callable[[], None] | None = None
+    #: The shard as read (its bytes and decoded index), for :meth:`ShardingCodec.assemble_grid`.
+    old_shard: tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]] | None = None
+    #: The touched inner chunks encoded at once (``Backend.encode_grid``), set in phase two:
+    #: then ``stored`` is not used.
+    grid: list[EncodedGrid] = field(default_factory=list)
 
 
 def _merge_shards(
@@ -257,7 +267,14 @@ def write_shards(
                     if p is not None
                 ]
                 _merge_shards(ctx, plans, n, remote=store.caps.remote)
-                tasks = [(w, i, region) for w in plans for i, region in w.touched]
+                for w in plans:
+                    _encode_grid(ctx, w, write_empty_chunks, n)
+                for w in plans:
+                    if not w.grid and w.old_shard is not None:
+                        w.stored.update(InnerSources(*w.old_shard))
+                tasks = [
+                    (w, i, region) for w in plans if not w.grid for i, region in w.touched
+                ]
                 batching = backend.batching(
                     sh.inner, len(tasks), remote=store.caps.remote, op="encode"
                 )
@@ -281,7 +298,12 @@ def write_shards(
                 run_batches(encode, tasks, batching, n)
 
                 def put(w: _ShardWrite) -> None:
-                    blob = sh.assemble(w.stored)
+                    if w.grid:
+                        flat = np.fromiter((i for i, _r in w.touched), np.intp, len(w.touched))
+                        rows, sizes = w.grid[0]
+                        blob = sh.assemble_grid(w.old_shard, flat, rows, sizes)
+                    else:
+                        blob = sh.assemble(w.stored)
                     if blob is None:
                         store.delete(w.key)
                         return
@@ -295,6 +317,22 @@ def write_shards(
             if ctx.shards is not None:
                 for req in wave:
                     ctx.shards.forget(req.key)
+
+
+def _encode_grid(ctx: ArrayContext, w: _ShardWrite, write_empty: bool, threads: int) -> None:
+    """Encode ``w``'s touched inner chunks at once, if the backend can.
+
+    Only when they fill ``w.src`` (``Backend.encode_grid``); else they are left to the
+    per-chunk tasks.
+    """
+    sh = ctx.sharding
+    assert sh is not None
+    box = tuple(s // c for s, c in zip(w.src.shape, sh.chunk_shape, strict=True))
+    if len(w.touched) != math.prod(box):
+        return
+    got = ctx.backend.encode_grid(sh.inner, w.src, ctx.fill, write_empty, threads)
+    if got is not None:
+        w.grid.append(got)
 
 
 def _plan_shard(
@@ -331,7 +369,8 @@ def _plan_shard(
                 for i, b in zip(flat, blocks, strict=True)
             ]
             return _ShardWrite(key=req.key, src=src, touched=touched)
-    old: dict[int, Buf] = {}
+    old: Mapping[int, Buf] = {}
+    old_shard = None
     got: GetResult | None = None
     if not whole:
         got = store.get(req.key, fresh=True)
@@ -340,7 +379,8 @@ def _plan_shard(
                 u8, table = sh.split(got.data)
             except CorruptChunkError as exc:
                 raise CorruptChunkError(f"Corrupt {ctx.shard_where(req.key)}: {exc}") from exc
-            old = dict(sh.inner_sources(u8, table, range(sh.n_inner)))
+            old = InnerSources(u8, table)
+            old_shard = (u8, table)
     # Decode the touched inner chunks that the write does not fully cover into a buffer over
     # the bounding box of the touched inner chunks, then write the value into it.
     lo = tuple(int(d[0]) * c for d, c in zip(per_dim, inner_shape, strict=True))
@@ -379,9 +419,9 @@ def _plan_shard(
         key=req.key,
         src=buf,
         touched=touched,
-        stored=old,
         read=not whole,
         old=got,
         kept=kept,
         fill=fill,
+        old_shard=old_shard,
     )

@@ -20,7 +20,16 @@ from typing import Any
 import cupy
 import numpy as np
 
-from cuzarr.backends.base import Batching, Codec, DecodeItem, Namer, Op, reraise_decode
+from cuzarr.backends.base import (
+    Batching,
+    Codec,
+    DecodeItem,
+    EncodedGrid,
+    InnerGrid,
+    Namer,
+    Op,
+    reraise_decode,
+)
 from cuzarr.backends.cpu import parallel_map
 from cuzarr.codecs.base import Buf
 from cuzarr.config import Settings
@@ -180,6 +189,12 @@ class GpuBackend:
             out.append(chunk)
         return out
 
+    def decode_grid(
+        self, codec: Codec, grid: InnerGrid, dest: Any, fill: Any, name: Namer, threads: int
+    ) -> bool:
+        """Not here: the inner chunks of a wave go to :meth:`decode` together (one call)."""
+        return False
+
     @staticmethod
     def _name_corrupt(
         codec: Codec, items: Sequence[DecodeItem], name: Namer, exc: CorruptChunkError
@@ -200,6 +215,12 @@ class GpuBackend:
             f"GPU decode of a wave of {len(items)} chunks from {first} failed, yet each "
             f"decodes on the CPU: {exc}"
         ) from exc
+
+    def encode_grid(
+        self, codec: Codec, src: Any, fill: Any, write_empty: bool, threads: int
+    ) -> EncodedGrid | None:
+        """Not here: the inner chunks of a wave go to :meth:`encode` together (one call)."""
+        return None
 
     def encode(self, codec: Codec, chunks: Sequence[Any]) -> list[Buf]:
         """Encode device chunks in one nvCOMP call, in CPU-readable bitstreams (or on the CPU)."""

@@ -21,7 +21,7 @@ A shard gone (after its index was read, too) reads as missing, as in zarr.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf
 from cuzarr.codecs.sharding.cache import ShardIndexCache
-from cuzarr.codecs.sharding.format import EMPTY, ShardingCodec
+from cuzarr.codecs.sharding.format import EMPTY, InnerSources, ShardingCodec
 from cuzarr.errors import CorruptChunkError, StaleObjectError
 from cuzarr.stores.base import BufferPool, ChunkStore, ObjectReader, Range, Suffix
 from cuzarr.stores.ranges import ByteRange, CoalescedRange, ReadPolicy, coalesce
@@ -46,7 +46,10 @@ class ShardBytes(NamedTuple):
 
     table: Table
     #: C-order inner chunk index -> its stored bytes (absent: empty, reads as the fill value).
-    sources: dict[int, Buf]
+    sources: Mapping[int, Buf]
+    #: The whole shard's bytes when it was read in one piece (the table's offsets index it),
+    #: for decoders that take many inner chunks at once; else ``None``.
+    whole: npt.NDArray[np.uint8] | None = None
 
 
 class ShardReader:
@@ -130,7 +133,7 @@ class ShardReader:
         u8, table = self.codec.split(got.data)
         if remote:
             self.index_cache.put(key, table, u8.nbytes, got.version)
-        return ShardBytes(table, dict(self.codec.inner_sources(u8, table, flat)))
+        return ShardBytes(table, InnerSources(u8, table), np.ascontiguousarray(u8))
 
     def _one_version(
         self, key: str, reader: ObjectReader, flat: Sequence[int], policy: ReadPolicy

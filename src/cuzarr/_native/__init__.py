@@ -1,0 +1,126 @@
+"""cuzarr's batch helper: small C loops over many chunks, loaded with ctypes.
+
+``czbatch.c`` is compiled into ``libczbatch.so`` by the build hook (``hatch_build.py``) when
+cuzarr is installed. It holds no codec: it calls codec functions it is handed (c-blosc's, from
+numcodecs) once per chunk, so Python crosses into C, and ctypes releases the GIL, once per
+batch. Without it (no C compiler at install, or ``CUZARR_NATIVE=0``) cuzarr takes its
+pure-Python paths, which give the same results.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "ABI_VERSION",
+    "LIBRARY",
+    "address",
+    "check_runs",
+    "gather",
+    "helper",
+    "unavailable_reason",
+]
+
+LIBRARY = Path(__file__).with_name("libczbatch.so")
+#: The helper's ``cz_abi_version()``: a library built from another source is not used.
+ABI_VERSION = 2
+
+_P = ctypes.c_void_p
+_I64 = ctypes.c_int64
+_I32 = ctypes.c_int
+
+
+def _bind(lib: ctypes.CDLL) -> None:
+    lib.cz_abi_version.argtypes = []
+    lib.cz_abi_version.restype = _I32
+    lib.cz_decompress_many.argtypes = [_P, _I64, _P, _P, _P, _P, _I64, _P]
+    lib.cz_decompress_many.restype = _I64
+    lib.cz_compress_many.argtypes = [
+        _P, _I64, _I32, _I32, _I64, _I64, _P, _P, _P, _P, _I64, ctypes.c_char_p, _I64, _P,
+    ]
+    lib.cz_compress_many.restype = _I64
+    lib.cz_gather.argtypes = [_I64, _P, _P, _P, _P, _P]
+    lib.cz_gather.restype = None
+
+
+@functools.cache
+def _load() -> tuple[ctypes.CDLL | None, str | None]:
+    if os.environ.get("CUZARR_NATIVE", "1") == "0":
+        return None, "disabled by CUZARR_NATIVE=0"
+    try:
+        lib = ctypes.CDLL(str(LIBRARY))
+    except OSError as exc:
+        return None, f"{LIBRARY} could not be loaded ({exc}); reinstall cuzarr with a C compiler"
+    try:
+        _bind(lib)
+        version = lib.cz_abi_version()
+    except AttributeError as exc:
+        return None, f"{LIBRARY} is not cuzarr's batch helper ({exc})"
+    if version != ABI_VERSION:
+        return None, (
+            f"{LIBRARY} has ABI version {version}, expected {ABI_VERSION} (built from another "
+            "source: reinstall cuzarr)"
+        )
+    return lib, None
+
+
+def helper() -> ctypes.CDLL | None:
+    """The loaded helper, or ``None`` (see :func:`unavailable_reason`)."""
+    return _load()[0]
+
+
+def unavailable_reason() -> str | None:
+    """Why the helper is not used, or ``None`` when it is."""
+    return _load()[1]
+
+
+def address(a: npt.NDArray[Any]) -> int:
+    """The address of an array's first byte (for the helper's pointer arguments)."""
+    return int(a.__array_interface__["data"][0])
+
+
+def check_runs(
+    what: str, offsets: npt.NDArray[np.int64], size: int | npt.NDArray[np.int64], total: int
+) -> None:
+    """Raise ``ValueError`` unless every run ``[offsets[i], offsets[i] + size)`` fits.
+
+    ``total`` is the buffer's size. The C loops read and write where they are told: this is
+    their bounds check (not an ``assert``, which ``python -O`` drops).
+    """
+    if len(offsets) and (int(offsets.min()) < 0 or int((offsets + size).max()) > total):
+        raise ValueError(f"{what}: a byte run lies outside its {total}-byte buffer")
+
+
+def gather(
+    src: npt.NDArray[np.uint8],
+    src_offsets: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+    dest: npt.NDArray[np.uint8],
+    dest_offsets: npt.NDArray[np.int64],
+) -> None:
+    """``dest[dest_offsets[i]:][:lengths[i]] = src[src_offsets[i]:][:lengths[i]]`` for every i.
+
+    One call into C for all runs (the helper must be loaded: :func:`helper`).
+    """
+    lib = helper()
+    assert lib is not None, "gather needs the batch helper"
+    if not (src.flags.c_contiguous and dest.flags.c_contiguous and dest.flags.writeable):
+        raise ValueError("gather needs a contiguous source and a writable contiguous dest")
+    n = len(lengths)
+    if not n:
+        return
+    if len(src_offsets) != n or len(dest_offsets) != n or int(lengths.min()) < 0:
+        raise ValueError("gather: offsets and lengths must pair up, lengths >= 0")
+    check_runs("gather src_offsets", src_offsets, lengths, src.nbytes)
+    check_runs("gather dest_offsets", dest_offsets, lengths, dest.nbytes)
+    so = np.ascontiguousarray(src_offsets, dtype=np.int64)
+    ln = np.ascontiguousarray(lengths, dtype=np.int64)
+    do = np.ascontiguousarray(dest_offsets, dtype=np.int64)
+    lib.cz_gather(n, address(src), address(so), address(ln), address(dest), address(do))
