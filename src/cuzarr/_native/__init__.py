@@ -1,9 +1,9 @@
 """cuzarr's batch helper: small C loops over many chunks, loaded with ctypes.
 
 ``czbatch.c`` is compiled into ``libczbatch.so`` by the build hook (``hatch_build.py``) when
-cuzarr is installed. It holds no codec: it calls codec functions it is handed (c-blosc's, from
-numcodecs) once per chunk, so Python crosses into C, and ctypes releases the GIL, once per
-batch. Without it (no C compiler at install, or ``CUZARR_NATIVE=0``) cuzarr takes its
+cuzarr is installed. It holds no codec: it calls codec functions it is handed (c-blosc's and
+libzstd's, from numcodecs) once per chunk, so Python crosses into C, and ctypes releases the
+GIL, once per batch. Without it (no C compiler at install, or ``CUZARR_NATIVE=0``) cuzarr takes its
 pure-Python paths, which give the same results.
 """
 
@@ -30,7 +30,7 @@ __all__ = [
 
 LIBRARY = Path(__file__).with_name("libczbatch.so")
 #: The helper's ``cz_abi_version()``: a library built from another source is not used.
-ABI_VERSION = 2
+ABI_VERSION = 5
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -46,6 +46,12 @@ def _bind(lib: ctypes.CDLL) -> None:
         _P, _I64, _I32, _I32, _I64, _I64, _P, _P, _P, _P, _I64, ctypes.c_char_p, _I64, _P,
     ]
     lib.cz_compress_many.restype = _I64
+    lib.cz_zstd_decompress_many.argtypes = [_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _P]
+    lib.cz_zstd_decompress_many.restype = _I64
+    lib.cz_zstd_compress_many.argtypes = [
+        _P, _P, _P, _P, _P, _I32, _I32, _I64, _P, _I64, _P, _P, _I64, _P,
+    ]
+    lib.cz_zstd_compress_many.restype = _I64
     lib.cz_gather.argtypes = [_I64, _P, _P, _P, _P, _P]
     lib.cz_gather.restype = None
 

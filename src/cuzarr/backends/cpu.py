@@ -37,7 +37,7 @@ from cuzarr.backends.base import (
     Op,
     reraise_decode,
 )
-from cuzarr.codecs import blosc_batch
+from cuzarr.codecs import blosc_batch, zstd_batch
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.codecs.chain import ChunkCodec
 from cuzarr.codecs.numcodecs_ import zstd_decode_many
@@ -159,6 +159,17 @@ class _ChunkScratch:
                 cache.clear()
             buf = cache[key] = np.empty(shape, dtype=dtype)
         return buf
+
+
+def _grid_decoder(codec: Codec) -> Callable[..., npt.NDArray[np.bool_]] | None:
+    """The batch decoder for ``codec``'s inner chunks (:meth:`CpuBackend.decode_grid`)."""
+    if not isinstance(codec, ChunkCodec):
+        return None
+    if codec.blosc_params is not None and blosc_batch.available():
+        return blosc_batch.decode_frames
+    if codec.zstd_frames and zstd_batch.available():
+        return zstd_batch.decode_frames
+    return None
 
 
 def _small_zstd(codec: Codec) -> bool:
@@ -287,22 +298,21 @@ class CpuBackend:
     def decode_grid(
         self, codec: Codec, grid: InnerGrid, dest: Any, fill: Any, name: Namer, threads: int
     ) -> bool:
-        """Decode a box of Blosc inner chunks in C loops, then one strided copy per part.
+        """Decode a box of Blosc or zstd inner chunks in C loops, one strided copy per part.
 
-        Taken for chains whose stored bytes are one Blosc frame (``codec.blosc_params``) when
-        the batch helper is built: per part (whole slabs of the box along its first axis,
+        Taken for chains whose stored bytes are one Blosc frame (``codec.blosc_params``) or
+        zstd frames (``codec.zstd_frames``) of the chunk when the batch helper is built
+        (:func:`_grid_decoder`): per part (whole slabs of the box along its first axis,
         about :data:`GRID_PART_BYTES`), the frames are decoded into a contiguous scratch
-        buffer by one GIL-free call (:func:`~cuzarr.codecs.blosc_batch.decode_frames`), empty
+        buffer by one GIL-free call (``blosc_batch`` / ``zstd_batch.decode_frames``), empty
         inner chunks filled, and the part copied into ``dest`` by one NumPy assignment
         through a view that interleaves the grid and chunk axes. Parts run on ``threads``
         threads. A frame the batch refuses is decoded on its own, which names what is wrong.
         """
         n = len(grid.starts)
+        decode_frames = _grid_decoder(codec) if n >= GRID_MIN else None
         if (
-            n < GRID_MIN
-            or not isinstance(codec, ChunkCodec)
-            or codec.blosc_params is None
-            or not blosc_batch.available()
+            decode_frames is None
             or not isinstance(dest, np.ndarray)
             or dest.dtype != codec.dtype
             or not dest.flags.writeable
@@ -324,7 +334,7 @@ class CpuBackend:
             starts, lengths = grid.starts[lo:hi], grid.lengths[lo:hi]
             present = starts >= 0
             rows = np.flatnonzero(present)
-            ok = blosc_batch.decode_frames(
+            ok = decode_frames(
                 grid.data, starts[rows], lengths[rows], stage, rows * nbytes, nbytes
             )
             chunks = stage.view(codec.dtype).reshape((m, *shape))

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from cuzarr.codecs import zstd_batch
 from cuzarr.codecs.base import ArrayToArray, ArrayToBytes, Buf, BytesToBytes, as_u8
 from cuzarr.codecs.blosc_batch import BloscParams
 from cuzarr.codecs.bytes_ import BytesCodec
 from cuzarr.codecs.numcodecs_ import (
-    ZSTD_ONE_BLOCK,
     NumcodecsArrayCodec,
     NumcodecsBytesCodec,
     zstd_frame_bound,
@@ -171,8 +171,8 @@ class ChunkCodec:
 
     @property
     def batch_encodes(self) -> bool:
-        """Whether :meth:`encode_many` encodes in one GIL-free call (one-block zstd chunks)."""
-        return self.zstd_frames and self.nbytes <= ZSTD_ONE_BLOCK
+        """Whether :meth:`encode_many` encodes in one GIL-free call (zstd, with the helper)."""
+        return self.zstd_frames and zstd_batch.available()
 
     @property
     def light(self) -> bool:
@@ -206,7 +206,7 @@ class ChunkCodec:
     def encode_many(self, arrs: Sequence[npt.NDArray[Any]]) -> list[Buf]:
         """Encode several chunk arrays: the same bytes as :meth:`encode` for each.
 
-        One-block zstd chunks (:attr:`batch_encodes`) are compressed in one batched call.
+        zstd chunks (:attr:`batch_encodes`) are compressed in one batched call.
         """
         zstd = self.bytes_codecs[0] if self.bytes_codecs else None
         if len(arrs) > 1 and self.batch_encodes and isinstance(zstd, NumcodecsBytesCodec):
@@ -327,8 +327,8 @@ class V2ChunkCodec:
 
     @property
     def batch_encodes(self) -> bool:
-        """Whether :meth:`encode_many` encodes in one GIL-free call (one-block zstd chunks)."""
-        return self.zstd_frames and self.nbytes <= ZSTD_ONE_BLOCK
+        """Whether :meth:`encode_many` encodes in one GIL-free call (zstd, with the helper)."""
+        return self.zstd_frames and zstd_batch.available()
 
     @property
     def light(self) -> bool:
@@ -342,7 +342,7 @@ class V2ChunkCodec:
     def encode_many(self, arrs: Sequence[npt.NDArray[Any]]) -> list[Buf]:
         """Encode several chunk arrays: the same bytes as :meth:`encode` for each.
 
-        One-block zstd chunks (:attr:`batch_encodes`) are compressed in one batched call.
+        zstd chunks (:attr:`batch_encodes`) are compressed in one batched call.
         """
         compressor = self.compressor
         if len(arrs) > 1 and self.batch_encodes and compressor is not None:

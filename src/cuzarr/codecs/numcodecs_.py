@@ -27,6 +27,7 @@ import numpy.typing as npt
 import zstandard
 from numcodecs.abc import Codec as Numcodec
 
+from cuzarr.codecs import zstd_batch
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.codecs.headers import (
     blosc_nbytes,
@@ -40,7 +41,6 @@ __all__ = [
     "NumcodecsArrayCodec",
     "NumcodecsBytesCodec",
     "make_numcodec",
-    "ZSTD_ONE_BLOCK",
     "zstd_decode_many",
     "zstd_encode_many",
     "zstd_frame_bound",
@@ -213,60 +213,24 @@ def zstd_decode_many(frames: list[Buf], size: int, name: str = "zstd") -> Any:
         raise CorruptChunkError(f"{name} batch: {exc}") from exc
 
 
-#: The largest input zstd compresses as one block (``ZSTD_BLOCKSIZE_MAX``). Up to this size a
-#: frame depends only on the level, the checksum flag and the input, not on how the library
-#: splits blocks, so python-zstandard's frames equal numcodecs' byte for byte
-#: (``tests/test_zstd_encode.py`` checks it for every level); larger inputs may be split into
-#: blocks differently by the two libzstd builds (still valid frames, other bytes).
-ZSTD_ONE_BLOCK = 128 * 1024
-
-
-def _zstd_compressor(level: int, checksum: bool) -> zstandard.ZstdCompressor:
-    """The calling thread's compression context for ``level`` and the checksum flag."""
-    cache: dict[tuple[int, bool], zstandard.ZstdCompressor] | None = getattr(
-        _zstd_local, "cctx", None
-    )
-    if cache is None:
-        cache = _zstd_local.cctx = {}
-    cctx = cache.get((level, checksum))
-    if cctx is None:
-        # numcodecs' frames: content size written, no dictionary id, checksum as configured.
-        cctx = cache[(level, checksum)] = zstandard.ZstdCompressor(
-            level=level, write_checksum=checksum, write_content_size=True, write_dict_id=False
-        )
-    return cctx
-
-
 def zstd_encode_many(
     inputs: list[npt.NDArray[np.uint8]], level: int, checksum: bool
-) -> list[npt.NDArray[np.uint8]]:
-    """Compress many small inputs to one zstd frame each, in one GIL-free call.
+) -> list[Buf]:
+    """Compress flat ``uint8`` inputs to one zstd frame each: numcodecs' frames, byte for byte.
 
-    python-zstandard's ``multi_compress_to_buffer`` runs the whole list in C with this
-    thread's reused context (numcodecs creates a context per call: ~40 us of an 8 KiB chunk's
-    ~80 us), so engine threads compress in parallel instead of trading the GIL per chunk.
-
-    Parameters
-    ----------
-    inputs : list of numpy.ndarray
-        Flat ``uint8`` arrays, each non-empty and at most :data:`ZSTD_ONE_BLOCK` bytes (the
-        frames then equal numcodecs' ``Zstd(level, checksum).encode`` byte for byte).
-    level, checksum : int, bool
-        The codec's configuration.
-
-    Returns
-    -------
-    list of numpy.ndarray
-        One frame per input (views of one buffer that they keep alive).
+    With the batch helper, inputs of one size go to one GIL-free call with one reused context
+    (:func:`cuzarr.codecs.zstd_batch.encode_arrays`, numcodecs' own libzstd; numcodecs creates
+    a context per call: ~40 us of an 8 KiB chunk's ~80 us). Otherwise numcodecs encodes each.
     """
     if not inputs:
         return []
-    if any(not 0 < x.nbytes <= ZSTD_ONE_BLOCK for x in inputs):
-        raise ValueError(f"zstd_encode_many takes inputs of 1 to {ZSTD_ONE_BLOCK} bytes")
-    cctx = _zstd_compressor(level, checksum)
-    # BufferSegments expose the buffer protocol (their stubs do not say so).
-    frames: Any = cctx.multi_compress_to_buffer([memoryview(x) for x in inputs], threads=1)
-    return [np.frombuffer(frames[i], np.uint8) for i in range(len(inputs))]
+    nbytes = inputs[0].nbytes
+    if zstd_batch.available() and all(
+        x.nbytes == nbytes and x.flags.c_contiguous and x.dtype == np.uint8 for x in inputs
+    ):
+        return list(zstd_batch.encode_arrays(inputs, level, checksum))
+    codec = numcodecs.Zstd(level=level, checksum=checksum)
+    return [codec.encode(x) for x in inputs]
 
 
 def make_numcodec(config: dict[str, Any]) -> Numcodec:
@@ -434,20 +398,18 @@ class NumcodecsBytesCodec:
 
     @property
     def batch_encodes(self) -> bool:
-        """Whether :meth:`encode_many` compresses in one batched call (zstd)."""
-        return isinstance(self.codec, numcodecs.Zstd)
+        """Whether :meth:`encode_many` compresses in one batched call (zstd, with the helper)."""
+        return isinstance(self.codec, numcodecs.Zstd) and zstd_batch.available()
 
     def encode_many(self, inputs: list[npt.NDArray[np.uint8]]) -> list[Buf]:
-        """Encode many flat ``uint8`` buffers; zstd inputs of one block in one GIL-free call.
+        """Encode many flat ``uint8`` buffers: :meth:`encode`'s frames, byte for byte.
 
-        The frames equal :meth:`encode`'s byte for byte (see :data:`ZSTD_ONE_BLOCK`); other
-        codecs and larger inputs are encoded one by one with numcodecs.
+        zstd inputs go to :func:`zstd_encode_many` (one GIL-free call with the batch helper);
+        other codecs are encoded one by one with numcodecs.
         """
         codec = self.codec
-        if isinstance(codec, numcodecs.Zstd) and all(
-            0 < x.nbytes <= ZSTD_ONE_BLOCK for x in inputs
-        ):
-            return list(zstd_encode_many(inputs, int(codec.level), bool(codec.checksum)))
+        if isinstance(codec, numcodecs.Zstd):
+            return zstd_encode_many(inputs, int(codec.level), bool(codec.checksum))
         return [self.codec.encode(x) for x in inputs]
 
     def encoded_size(self, nbytes: int) -> int | None:

@@ -1,10 +1,10 @@
-"""Blosc inner chunks decoded and encoded a box at a time, through cuzarr's batch helper.
+"""Inner chunks decoded and encoded a box at a time, through cuzarr's batch helper.
 
-``cuzarr._native`` (C, built at install) loops over c-blosc's entry points in numcodecs;
-``CpuBackend.decode_grid`` / ``encode_grid`` use it for boxes of inner chunks, and
-``ShardingCodec.assemble_grid`` builds the shard. What must hold: numcodecs' frames byte for
-byte, zarr's values and stored files, the same results with the helper switched off, and a
-corrupt inner chunk named in the error.
+``cuzarr._native`` (C, built at install) loops over c-blosc's and libzstd's entry points in
+numcodecs; ``CpuBackend.decode_grid`` (Blosc and zstd) / ``encode_grid`` (Blosc) use it for
+boxes of inner chunks, and ``ShardingCodec.assemble_grid`` builds the shard. What must hold:
+numcodecs' frames byte for byte, zarr's values and stored files, the same results with the
+helper switched off, and a corrupt inner chunk named in the error.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import zarr
 import cuzarr
 from cuzarr import _native
 from cuzarr.backends import cpu as cpu_backend
-from cuzarr.codecs import blosc_batch
+from cuzarr.codecs import blosc_batch, zstd_batch
 from cuzarr.errors import CorruptChunkError
 from cuzarr.testing import use_pipeline
 
@@ -112,6 +112,45 @@ def test_decode_frames_refuses_what_numcodecs_refuses() -> None:
 
 
 @needs_helper
+def test_zstd_decode_frames_equal_numcodecs() -> None:
+    data = _rows("<u2", n=8)
+    nbytes = data[0].nbytes
+    plain, summed = numcodecs.Zstd(level=3), numcodecs.Zstd(level=3, checksum=True)
+    frames = [np.frombuffer(plain.encode(r), np.uint8) for r in data[:4]]
+    frames += [np.frombuffer(summed.encode(r), np.uint8) for r in data[4:]]
+    # Chunk 1: two frames (numcodecs decodes both): the halves of the chunk.
+    half = nbytes // 2
+    raw1 = data[1].view(np.uint8)
+    frames[1] = np.concatenate(
+        [np.frombuffer(plain.encode(raw1[:half]), np.uint8),
+         np.frombuffer(plain.encode(raw1[half:]), np.uint8)]
+    )
+    lengths = np.array([len(f) for f in frames], np.int64)
+    buf = np.concatenate(frames)
+    starts = (np.cumsum(lengths) - lengths).astype(np.int64)
+    out = np.empty(len(data) * nbytes, np.uint8)
+    where = np.arange(len(data), dtype=np.int64) * nbytes
+    ok = zstd_batch.decode_frames(buf, starts, lengths, out, where, nbytes)
+    assert ok.all()
+    np.testing.assert_array_equal(out.view("<u2").reshape(data.shape), data)
+    bad = buf.copy()
+    bad[starts[5] + lengths[5] - 1] ^= 0xFF  # the checksum no longer matches
+    short = lengths.copy()
+    short[2] -= 3  # truncated frame
+    ok = zstd_batch.decode_frames(bad, starts, short, out, where, nbytes)
+    assert ok.tolist() == [True, True, False, True, True, False, True, True]
+    for i in (2, 5):
+        with pytest.raises(RuntimeError):
+            frame = (bad if i == 5 else buf)[starts[i] : starts[i] + short[i]]
+            numcodecs.Zstd().decode(frame)
+    # Decoding to more or less than nbytes is refused (the chunk's size is fixed).
+    ok = zstd_batch.decode_frames(buf, starts, lengths, out, where // 2, nbytes // 2)
+    assert not ok.any()
+    with pytest.raises(ValueError, match="outside"):
+        zstd_batch.decode_frames(buf, starts, lengths + 1000, out, where, nbytes)
+
+
+@needs_helper
 def test_gather_checks_bounds() -> None:
     src = np.arange(10, dtype=np.uint8)
     dest = np.zeros(10, np.uint8)
@@ -130,7 +169,16 @@ INNER = (8, 8, 4)  # 512 bytes of u2; 4 x 2 x 10 = 80 inner chunks per shard
 SHARDS = (32, 16, 40)
 
 
-def _create(path: Path, dtype: str, location: str = "end", **kw: Any) -> zarr.Array:
+COMPRESSORS: dict[str, Any] = {
+    "blosc": zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),
+    "zstd": zarr.codecs.ZstdCodec(level=3),
+    "zstd-checksum": zarr.codecs.ZstdCodec(level=1, checksum=True),
+}
+
+
+def _create(
+    path: Path, dtype: str, location: str = "end", compressor: str = "blosc", **kw: Any
+) -> zarr.Array:
     return zarr.create_array(
         zarr.storage.LocalStore(path),
         shape=SHAPE,
@@ -138,7 +186,7 @@ def _create(path: Path, dtype: str, location: str = "end", **kw: Any) -> zarr.Ar
         shards={"shape": SHARDS, "index_location": location},
         dtype=dtype,
         fill_value=3,
-        compressors=zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),
+        compressors=COMPRESSORS[compressor],
         **kw,
     )
 
@@ -155,16 +203,22 @@ def _grid_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """How many boxes ``decode_frames`` / ``encode_rows`` handled (to see the path is taken)."""
     calls = {"decode": 0, "encode": 0}
     dec, enc = blosc_batch.decode_frames, blosc_batch.encode_rows
+    zdec = zstd_batch.decode_frames
 
     def count_dec(*a: Any, **k: Any) -> Any:
         calls["decode"] += 1
         return dec(*a, **k)
+
+    def count_zdec(*a: Any, **k: Any) -> Any:
+        calls["decode"] += 1
+        return zdec(*a, **k)
 
     def count_enc(*a: Any, **k: Any) -> Any:
         calls["encode"] += 1
         return enc(*a, **k)
 
     monkeypatch.setattr(blosc_batch, "decode_frames", count_dec)
+    monkeypatch.setattr(zstd_batch, "decode_frames", count_zdec)
     monkeypatch.setattr(blosc_batch, "encode_rows", count_enc)
     return calls
 
@@ -198,15 +252,16 @@ READS: list[Any] = [
 @pytest.mark.parametrize("dtype", ["<u2", "<f8"])
 @pytest.mark.parametrize("location", ["end", "start"])
 @pytest.mark.parametrize("write_empty", [False, True])
+@pytest.mark.parametrize("compressor", list(COMPRESSORS))
 def test_grid_writes_and_reads_equal_zarr(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: str, location: str,
-    write_empty: bool,
+    write_empty: bool, compressor: str,
 ) -> None:
     data = _data(dtype)
     ours, theirs = tmp_path / "ours.zarr", tmp_path / "theirs.zarr"
     config = {"write_empty_chunks": write_empty}
-    _create(ours, dtype, location, config=config)
-    z = _create(theirs, dtype, location, config=config)
+    _create(ours, dtype, location, compressor, config=config)
+    z = _create(theirs, dtype, location, compressor, config=config)
     calls = _grid_calls(monkeypatch)
     a = cuzarr.open(
         ours, mode="r+", settings=cuzarr.Settings(threads=2), write_empty_chunks=write_empty
@@ -216,7 +271,7 @@ def test_grid_writes_and_reads_equal_zarr(
         a[sel] = value
         z[sel] = value
         assert _files(ours) == _files(theirs), sel
-    assert calls["encode"] > 0
+    assert (calls["encode"] > 0) == (compressor == "blosc")
     want = z[...]
     for sel in READS:
         np.testing.assert_array_equal(a[sel], want[sel])
@@ -225,21 +280,24 @@ def test_grid_writes_and_reads_equal_zarr(
 
 
 @needs_helper
+@pytest.mark.parametrize("compressor", ["blosc", "zstd"])
 def test_same_results_without_the_helper(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compressor: str
 ) -> None:
     data = _data("<u2")
     for name, on in (("with.zarr", True), ("without.zarr", False)):
         with monkeypatch.context() as m:
             if not on:
                 m.setattr(blosc_batch, "available", lambda: False)
+                m.setattr(zstd_batch, "available", lambda: False)
             calls = _grid_calls(m)
-            _create(tmp_path / name, "<u2")
+            _create(tmp_path / name, "<u2", compressor=compressor)
             a = cuzarr.open(tmp_path / name, mode="r+")
             for n, sel in enumerate(WRITES):
                 a[sel] = (data[sel] + n).astype("<u2")
             got = [a[sel] for sel in READS]
-            assert (calls["encode"] > 0) == on and (calls["decode"] > 0) == on
+            assert (calls["encode"] > 0) == (on and compressor == "blosc")
+            assert (calls["decode"] > 0) == on
         if on:
             first = got
         else:
@@ -263,8 +321,9 @@ def test_zarr_pipeline_reads_through_the_grid(
 
 
 @needs_helper
-def test_corrupt_inner_chunk_in_a_grid_is_named(tmp_path: Path) -> None:
-    z = _create(tmp_path / "a.zarr", "<u2")
+@pytest.mark.parametrize("compressor", ["blosc", "zstd-checksum"])
+def test_corrupt_inner_chunk_in_a_grid_is_named(tmp_path: Path, compressor: str) -> None:
+    z = _create(tmp_path / "a.zarr", "<u2", compressor=compressor)
     z[...] = _data("<u2")
     path = tmp_path / "a.zarr" / "c" / "0" / "1" / "0"
     shard = bytearray(path.read_bytes())
@@ -279,17 +338,25 @@ def test_corrupt_inner_chunk_in_a_grid_is_named(tmp_path: Path) -> None:
 
 
 @needs_helper
-def test_grid_is_not_taken_for_other_codecs(tmp_path: Path) -> None:
-    z = zarr.create_array(
-        zarr.storage.LocalStore(tmp_path / "z.zarr"), shape=SHAPE, chunks=INNER,
-        shards=SHARDS, dtype="<u2", fill_value=3,
-        compressors=zarr.codecs.ZstdCodec(level=1),
-    )
-    a = cuzarr.open(tmp_path / "z.zarr")
-    codec = a._engine._ctx.sharding.inner
-    assert codec.blosc_params is None
+def test_grid_is_not_taken_for_other_chains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gzip, and zstd after a crc32c checksum: the per-chunk path, and zarr's values."""
+    data = _data("<u2")
     backend = cpu_backend.CpuBackend()
-    src = np.zeros(SHARDS, "<u2")
-    assert backend.encode_grid(codec, src, 3, False, 2) is None
-    z[...] = _data("<u2")
-    np.testing.assert_array_equal(a[...], _data("<u2"))
+    for name, compressors in (
+        ("gzip", zarr.codecs.GzipCodec(level=1)),
+        ("crc", (zarr.codecs.ZstdCodec(level=1), zarr.codecs.Crc32cCodec())),
+    ):
+        z = zarr.create_array(
+            zarr.storage.LocalStore(tmp_path / name), shape=SHAPE, chunks=INNER,
+            shards=SHARDS, dtype="<u2", fill_value=3, compressors=compressors,
+        )
+        z[...] = data
+        a = cuzarr.open(tmp_path / name)
+        codec = a._engine._ctx.sharding.inner
+        assert codec.blosc_params is None
+        assert backend.encode_grid(codec, np.zeros(SHARDS, "<u2"), 3, False, 2) is None
+        calls = _grid_calls(monkeypatch)
+        np.testing.assert_array_equal(a[...], data)
+        assert calls == {"decode": 0, "encode": 0}

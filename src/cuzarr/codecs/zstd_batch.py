@@ -1,0 +1,181 @@
+"""Zstd chunks decoded in batches: numcodecs' libzstd, called from C.
+
+numcodecs' ``zstd`` extension module exports libzstd's API. cuzarr's batch helper
+(:mod:`cuzarr._native`) decodes a batch of chunks with one decompression context and one
+crossing into C (the GIL released throughout), each chunk into its place in a destination.
+A chunk decodes only if all its frames decode (checksums verified where present) to exactly
+the chunk's size; others are reported for the caller to decode one by one (which names what
+is wrong with them).
+
+:func:`available` is false without the helper or without those symbols; callers then take
+their per-chunk path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numcodecs.zstd
+import numpy as np
+import numpy.typing as npt
+
+from cuzarr import _native
+from cuzarr._native import address, check_runs
+
+__all__ = ["available", "compress_bound", "decode_frames", "encode_arrays"]
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    helper: ctypes.CDLL
+    create: int
+    free: int
+    decompress: int
+    is_error: int
+    create_c: int
+    free_c: int
+    set_parameter: int
+    compress2: int
+    compress_bound: Callable[[int], int]
+
+
+@functools.cache
+def _entry() -> _Entry | None:
+    helper = _native.helper()
+    if helper is None:
+        return None
+    try:
+        lib = ctypes.CDLL(numcodecs.zstd.__file__)
+        names = (
+            "ZSTD_createDCtx", "ZSTD_freeDCtx", "ZSTD_decompressDCtx", "ZSTD_isError",
+            "ZSTD_createCCtx", "ZSTD_freeCCtx", "ZSTD_CCtx_setParameter", "ZSTD_compress2",
+        )
+        pointers = [ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in names]
+        bound = lib.ZSTD_compressBound
+    except (OSError, AttributeError):
+        return None
+    if not all(pointers):
+        return None
+    bound.argtypes = [ctypes.c_size_t]
+    bound.restype = ctypes.c_size_t
+    create, free, decompress, is_error, create_c, free_c, set_parameter, compress2 = (
+        int(p) for p in pointers if p
+    )
+    return _Entry(
+        helper, create, free, decompress, is_error, create_c, free_c, set_parameter, compress2,
+        bound,
+    )
+
+
+def available() -> bool:
+    """Whether batches can be decoded here (the helper and libzstd's symbols)."""
+    return _entry() is not None
+
+
+def decode_frames(
+    data: npt.NDArray[np.uint8],
+    starts: I64,
+    lengths: I64,
+    dest: npt.NDArray[np.uint8],
+    dest_offsets: I64,
+    nbytes: int,
+) -> npt.NDArray[np.bool_]:
+    """Decode chunks ``data[starts[i] : starts[i] + lengths[i]]`` into ``dest`` at ``dest_offsets``.
+
+    Parameters
+    ----------
+    data : ndarray of uint8
+        Contiguous bytes holding the chunks (each one or more zstd frames).
+    starts, lengths : ndarray of int64
+        Each chunk's offset in ``data`` and length.
+    dest : ndarray of uint8
+        Contiguous, writable; room for ``nbytes`` at each of ``dest_offsets``.
+    dest_offsets : ndarray of int64
+        Where each chunk decodes to in ``dest``.
+    nbytes : int
+        The decoded size of every chunk.
+
+    Returns
+    -------
+    ndarray of bool
+        Per chunk, whether it decoded to exactly ``nbytes`` bytes.
+    """
+    entry = _entry()
+    assert entry is not None, "decode_frames needs available()"
+    if not (data.flags.c_contiguous and dest.flags.c_contiguous and dest.flags.writeable):
+        raise ValueError("decode_frames needs contiguous data and a writable contiguous dest")
+    n = len(starts)
+    if len(lengths) != n or len(dest_offsets) != n:
+        raise ValueError("decode_frames: starts, lengths and dest_offsets must pair up")
+    if not n:
+        return np.zeros(0, bool)
+    if int(lengths.min()) < 0:
+        raise ValueError("decode_frames: lengths must be >= 0")
+    check_runs("decode_frames starts", starts, lengths, data.nbytes)
+    check_runs("decode_frames dest_offsets", dest_offsets, nbytes, dest.nbytes)
+    so = np.ascontiguousarray(starts, dtype=np.int64)
+    ln = np.ascontiguousarray(lengths, dtype=np.int64)
+    do = np.ascontiguousarray(dest_offsets, dtype=np.int64)
+    status = np.empty(n, np.int64)
+    failed = entry.helper.cz_zstd_decompress_many(
+        entry.create, entry.free, entry.decompress, entry.is_error, n, address(data),
+        address(so), address(ln), address(dest), address(do), nbytes, address(status),
+    )
+    if failed < 0:
+        raise MemoryError("ZSTD_createDCtx failed")
+    ok: npt.NDArray[np.bool_] = status == nbytes
+    return ok
+
+
+def compress_bound(nbytes: int) -> int:
+    """The largest frame libzstd writes for ``nbytes`` of input (``ZSTD_compressBound``)."""
+    entry = _entry()
+    assert entry is not None, "compress_bound needs available()"
+    return int(entry.compress_bound(nbytes))
+
+
+def encode_arrays(
+    inputs: Sequence[npt.NDArray[np.uint8]], level: int, checksum: bool
+) -> list[npt.NDArray[np.uint8]]:
+    """Compress flat ``uint8`` arrays of one size to one frame each, as numcodecs' ``Zstd``.
+
+    One context for the batch with the codec's level and checksum flag (numcodecs'
+    ``compress``: ``ZSTD_compress2`` after setting both), from the same library, so the
+    frames are numcodecs', byte for byte, for any size; one crossing into C for the batch.
+
+    Returns
+    -------
+    list of ndarray
+        One frame per input: views of one buffer, which they keep alive.
+
+    Raises
+    ------
+    RuntimeError
+        If libzstd fails on an input.
+    """
+    entry = _entry()
+    assert entry is not None, "encode_arrays needs available()"
+    n = len(inputs)
+    if not n:
+        return []
+    nbytes = inputs[0].nbytes
+    if any(x.nbytes != nbytes or not x.flags.c_contiguous or x.dtype != np.uint8 for x in inputs):
+        raise ValueError("encode_arrays takes contiguous uint8 arrays of one size")
+    room = compress_bound(nbytes)
+    dest = np.empty(n * room, np.uint8)
+    offsets = np.arange(n, dtype=np.int64) * room
+    ptrs = np.array([address(x) for x in inputs], np.uint64)
+    sizes = np.empty(n, np.int64)
+    failed = entry.helper.cz_zstd_compress_many(
+        entry.create_c, entry.free_c, entry.set_parameter, entry.compress2, entry.is_error,
+        level, int(checksum), n, address(ptrs), nbytes, address(dest), address(offsets), room,
+        address(sizes),
+    )
+    if failed:
+        raise RuntimeError("Zstd compression error (libzstd refused an input or a setting)")
+    return [dest[o : o + s] for o, s in zip(offsets.tolist(), sizes.tolist(), strict=True)]
