@@ -70,9 +70,8 @@ THREAD_CONTROLS = {
     "RAYON_NUM_THREADS=N, codec_pipeline.strict=True (no silent fallback to zarr's pipeline)",
     "tensorstore": "Context data_copy_concurrency.limit=N and file_io_concurrency.limit=N; "
     "no cache pool (TensorStore's default)",
-    "floor": "python-zstandard (zstd decode, as cuzarr), numcodecs' libzstd in batches of 16 "
-    "(zstd encode, as cuzarr's batch helper) or numcodecs decode/encode with out= buffers, on "
-    "a ThreadPoolExecutor of N threads",
+    "floor": "python-zstandard (zstd decode and encode, as cuzarr) or numcodecs decode/encode "
+    "with out= buffers on a ThreadPoolExecutor of N threads",
     "all": "numcodecs.blosc.use_threads=False in every process (blosc never adds threads of its "
     "own); each engine and thread count has one persistent worker process, and the engines "
     "take turns cell by cell (rounds in rotating order, bench/interleave.py)",
@@ -693,8 +692,8 @@ def measure_floor(
 
     Decoding writes each chunk into a per-thread scratch buffer with the decoder library cuzarr
     uses (python-zstandard for zstd, numcodecs otherwise); encoding starts from contiguous
-    chunk arrays prepared beforehand, zstd in batches of 16 through cuzarr's batch helper (as
-    cuzarr encodes them). Uncompressed: a copy.
+    chunk arrays prepared beforehand, zstd with python-zstandard (cuzarr's default encoder).
+    Uncompressed: a copy.
     Verified in a separate, untimed pass.
     """
     cell = _cell(FLOOR, threads, ds, workload)
@@ -745,24 +744,16 @@ def measure_floor(
                 a[tuple(slice(0, s.stop - s.start) for s in r)] = expected[r]
                 arrays.append(a)
 
-            from cuzarr.codecs import zstd_batch
-
-            # cuzarr compresses zstd with numcodecs' libzstd and one context per batch of 16
-            # (its batch helper); without the helper, with numcodecs.
-            batched = codec is not None and codec.codec_id == "zstd" and zstd_batch.available()
+            # cuzarr compresses zstd with python-zstandard (Settings.zstd_encoder's default: a
+            # reused context per thread), other codecs with numcodecs.
+            zstd = codec is not None and codec.codec_id == "zstd"
 
             def encode_part(part: Sequence[np.ndarray]) -> list[Any]:
                 if codec is None:
                     return [a.tobytes() for a in part]
-                if batched:
-                    flat = [a.reshape(-1).view(np.uint8) for a in part]
-                    return [
-                        f
-                        for i in range(0, len(flat), 16)
-                        for f in zstd_batch.encode_arrays(
-                            flat[i : i + 16], codec.level, bool(codec.checksum)
-                        )
-                    ]
+                if zstd:
+                    cctx = zstandard.ZstdCompressor(level=codec.level)
+                    return [cctx.compress(a) for a in part]
                 return [codec.encode(a) for a in part]
 
             parts = _split(arrays, threads)

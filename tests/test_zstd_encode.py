@@ -1,9 +1,11 @@
-"""Batched zstd encoding (numcodecs' own libzstd through cuzarr's batch helper).
+"""zstd encoding: python-zstandard by default, numcodecs on request.
 
-Writes of at least ``2 * ZSTD_BATCH`` zstd chunks encode them in GIL-free batches with one
-reused context (``cuzarr.codecs.zstd_batch``) instead of one numcodecs call each. The frames
-must be numcodecs' byte for byte, for any size, so every stored chunk and shard must equal
-what zarr-python's own pipeline writes for the same values.
+``Settings.zstd_encoder="zstandard"`` (the default) compresses with python-zstandard (a reused
+context per thread; writes of at least ``2 * ZSTD_BATCH`` chunks of at most 128 KiB in
+GIL-free batches): its frames must decode, through numcodecs and zarr-python's own pipeline,
+to the values written (tests/test_interop.py: TensorStore and zarrs-python too), though their
+bytes may differ from numcodecs' (another libzstd release). ``"numcodecs"`` compresses each
+chunk with numcodecs: every stored chunk and shard must then equal what zarr-python writes.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import zarr
 import cuzarr
 from cuzarr.backends.base import Batching
 from cuzarr.backends.cpu import ZSTD_BATCH, ZSTD_BATCHES, CpuBackend
-from cuzarr.codecs import numcodecs_, zstd_batch
+from cuzarr.codecs import numcodecs_
 from cuzarr.codecs.build import build_chunk_codec
-from cuzarr.codecs.numcodecs_ import zstd_encode_many
+from cuzarr.codecs.numcodecs_ import NumcodecsBytesCodec, zstd_encode_many
 from cuzarr.metadata import read_array_spec
 from cuzarr.stores.local import LocalChunkStore
 from cuzarr.testing import assert_same_array, use_pipeline
@@ -34,8 +36,8 @@ LEVELS = [-5, -1, 0, 1, 3, 9, 19, 22]
 def test_frames_equal_numcodecs(level: int, checksum: bool) -> None:
     rng = np.random.default_rng(level + 10 + 100 * checksum)
     reference = numcodecs.Zstd(level=level, checksum=checksum)
-    # One batch per size (a batch is of one size): small, one block, several blocks. A random
-    # walk mod 500 of u2 was where python-zstandard's libzstd once gave other bytes.
+    # Small, one block, several blocks. A random walk mod 500 of u2 is data where
+    # python-zstandard's frames differ from numcodecs' (a 512-byte chunk one byte shorter).
     for n in [1, 7, 512, 8192, 128 * 1024, 128 * 1024 + 1, 600_000]:
         inputs = [
             (np.cumsum(rng.integers(-3, 4, n), dtype=np.int64) % 500).astype("<u2")
@@ -44,23 +46,30 @@ def test_frames_equal_numcodecs(level: int, checksum: bool) -> None:
             for _ in range(3)
         ]
         inputs[0][: n // 3] = 0
-        frames = zstd_encode_many(inputs, level, checksum)
+        frames = zstd_encode_many(inputs, level, checksum, "numcodecs")
         assert len(frames) == len(inputs)
         for x, frame in zip(inputs, frames, strict=True):
             assert bytes(frame) == bytes(reference.encode(x)), x.nbytes
             assert bytes(reference.decode(frame)) == x.tobytes()
+        # python-zstandard's frames: other bytes maybe, the same content, the checksum flag.
+        for x, frame in zip(inputs, zstd_encode_many(inputs, level, checksum), strict=True):
+            assert bytes(reference.decode(frame)) == x.tobytes()
+            assert bool(np.frombuffer(bytes(frame[4:5]), np.uint8)[0] & 4) == checksum
 
 
-def test_mixed_sizes_and_no_helper_still_equal_numcodecs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mixed_sizes_and_layouts() -> None:
     inputs = [np.arange(n, dtype=np.uint8) for n in (0, 5, 3000)]
     reference = numcodecs.Zstd(level=3)
     want = [bytes(reference.encode(x)) for x in inputs]
+    assert [bytes(f) for f in zstd_encode_many(inputs, 3, False, "numcodecs")] == want
+    for x, frame in zip(inputs[1:], zstd_encode_many(inputs[1:], 3, False), strict=True):
+        assert bytes(reference.decode(frame)) == x.tobytes()
+    # An empty input is numcodecs' frame whichever the encoder.
     assert [bytes(f) for f in zstd_encode_many(inputs, 3, False)] == want
-    monkeypatch.setattr(zstd_batch, "available", lambda: False)
-    same = [np.arange(100, dtype=np.uint8)] * 3
-    assert [bytes(f) for f in zstd_encode_many(same, 3, False)] == [
-        bytes(reference.encode(x)) for x in same
-    ]
+    # An F-order chunk (v2 order "F") is compressed in memory order, as numcodecs does.
+    f_order = np.asfortranarray(np.arange(600, dtype="<u2").reshape(20, 30))
+    codec = NumcodecsBytesCodec("zstd", numcodecs.Zstd(level=1))
+    assert bytes(reference.decode(codec.encode(f_order))) == f_order.tobytes(order="F")
     assert zstd_encode_many([], 3, False) == []
 
 
@@ -69,9 +78,9 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     real = numcodecs_.zstd_encode_many
 
-    def spy(inputs: Any, level: int, checksum: bool) -> Any:
+    def spy(inputs: Any, level: int, checksum: bool, encoder: str = "zstandard") -> Any:
         calls.append(len(inputs))
-        return real(inputs, level, checksum)
+        return real(inputs, level, checksum, encoder)
 
     monkeypatch.setattr(numcodecs_, "zstd_encode_many", spy)
     return calls
@@ -130,18 +139,19 @@ def test_written_chunks_equal_zarr(
     _create(ours, zarr_format, dtype, chunks=CHUNKS)
     z_theirs = _create(theirs, zarr_format, dtype, chunks=CHUNKS)
     calls = _spy(monkeypatch)
-    target: Any = cuzarr.open(ours, mode="r+", settings=cuzarr.Settings(threads=2))
+    settings = cuzarr.Settings(threads=2, zstd_encoder="numcodecs")
+    target: Any = cuzarr.open(ours, mode="r+", settings=settings)
     if engine == "pipeline":
-        with use_pipeline("cuzarr"):
+        with use_pipeline("cuzarr", threads=2, zstd_encoder="numcodecs"):
             target = zarr.open_array(zarr.storage.LocalStore(ours), mode="r+")
     for n, selection in enumerate(WRITES):
         value = (data[selection] + n).astype(dtype)
         with use_pipeline("zarr"):
             z_theirs[selection] = value
-        with use_pipeline("cuzarr"):
+        with use_pipeline("cuzarr", threads=2, zstd_encoder="numcodecs"):
             target[selection] = value
         assert _files(ours) == _files(theirs), repr(selection)
-    assert calls and max(calls) == ZSTD_BATCH  # the batched encoder wrote them
+    assert not calls  # numcodecs as the encoder: one numcodecs call per chunk, no batch
     with use_pipeline("zarr"):
         assert_same_array(zarr.open_array(zarr.storage.LocalStore(ours))[...], z_theirs[...])
 
@@ -154,14 +164,51 @@ def test_sharded_small_inner_chunks_equal_zarr(
     _create(ours, 3, "u2", chunks=(2, 4, 4), shards=(20, 12, 20))
     z_theirs = _create(theirs, 3, "u2", chunks=(2, 4, 4), shards=(20, 12, 20))
     calls = _spy(monkeypatch)
-    a = cuzarr.open(ours, mode="r+", settings=cuzarr.Settings(threads=2))
+    settings = cuzarr.Settings(threads=2, zstd_encoder="numcodecs")
+    a = cuzarr.open(ours, mode="r+", settings=settings)
     for n, selection in enumerate(WRITES):
         value = (data[selection] + n).astype("u2")
         with use_pipeline("zarr"):
             z_theirs[selection] = value
         a[selection] = value
         assert _files(ours) == _files(theirs), repr(selection)
-    assert calls and max(calls) == ZSTD_BATCH
+    assert not calls  # numcodecs as the encoder: one numcodecs call per chunk, no batch
+
+
+@pytest.mark.parametrize("engine", ["api", "pipeline"])
+@pytest.mark.parametrize("chunks", [CHUNKS, (40, 36, 20)])
+def test_default_encoder_writes_what_zarr_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str, chunks: tuple[int, ...]
+) -> None:
+    """python-zstandard's frames (the default): zarr's own pipeline reads the values back."""
+    data = _data("u2")
+    path = tmp_path / "ours.zarr"
+    _create(path, 3, "u2", chunks=chunks)
+    calls = _spy(monkeypatch)
+    target: Any = cuzarr.open(path, mode="r+", settings=cuzarr.Settings(threads=2))
+    if engine == "pipeline":
+        with use_pipeline("cuzarr", threads=2):
+            target = zarr.open_array(zarr.storage.LocalStore(path), mode="r+")
+    want = np.full(SHAPE, 7, "u2")
+    for n, selection in enumerate(WRITES):
+        value = (data[selection] + n).astype("u2")
+        want[selection] = value
+        with use_pipeline("cuzarr", threads=2):
+            target[selection] = value
+        with use_pipeline("zarr"):
+            assert_same_array(zarr.open_array(zarr.storage.LocalStore(path))[...], want)
+    # Many small chunks: in batches of ZSTD_BATCH.
+    assert (max(calls, default=0) == ZSTD_BATCH) == (chunks == CHUNKS)
+
+
+def test_zstd_encoder_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="zstd_encoder"):
+        cuzarr.Settings(zstd_encoder="lz4")
+    monkeypatch.setenv("CUZARR_ZSTD_ENCODER", "numcodecs")
+    assert cuzarr.Settings.from_env().zstd_encoder == "numcodecs"
+    monkeypatch.setenv("CUZARR_ZSTD_ENCODER", "fast")
+    with pytest.raises(ValueError, match="CUZARR_ZSTD_ENCODER"):
+        cuzarr.Settings.from_env()
 
 
 def _chain(tmp_path: Path, name: str, chunks: tuple[int, ...], compressor: Any) -> Any:
@@ -188,10 +235,9 @@ def test_batching_takes_zstd_chains(tmp_path: Path) -> None:
     assert small.batch_encodes
     assert backend.batching(small, n, remote=True, op="encode") == ZSTD_BATCHES
     assert backend.batching(small, n - 1, remote=False, op="encode").size == 1
-    # 512 KiB inputs (several zstd blocks) too: numcodecs' library, so numcodecs' bytes.
-    assert big.batch_encodes == zstd_batch.available()
-    if zstd_batch.available():
-        assert backend.batching(big, n, remote=False, op="encode") == ZSTD_BATCHES
+    # 512 KiB chunks encode one per task (overlapping compression with writes).
+    assert not big.batch_encodes
+    assert backend.batching(big, n, remote=False, op="encode").size == 1
     assert not blosc.batch_encodes and not blosc.light
     assert backend.batching(blosc, n, remote=False, op="encode").size == 1
     # Light chunks (2 KiB of blosc lz4) decode and encode on one thread, in one batch; their

@@ -94,7 +94,9 @@ class Array(ArraySelections):
         settings: Settings,
         write_empty_chunks: bool = False,
     ) -> None:
-        codec = build_chunk_codec(spec, max_chunk_nbytes=settings.max_chunk_nbytes)
+        codec = build_chunk_codec(
+            spec, max_chunk_nbytes=settings.max_chunk_nbytes, zstd_encoder=settings.zstd_encoder
+        )
         self._handle = handle
         self._spec = spec
         self._settings = settings

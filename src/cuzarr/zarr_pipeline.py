@@ -60,7 +60,9 @@ def engine_for_metadata(metadata: Any, settings: Settings) -> ArrayEngine:
         raise UnsupportedError(f"{foreign} is not zarr's own implementation")
     fmt, doc = compat.metadata_document(metadata)
     spec = parse_v3(doc, path="") if fmt == 3 else parse_v2(doc, path="")
-    codec = build_chunk_codec(spec, max_chunk_nbytes=settings.max_chunk_nbytes)
+    codec = build_chunk_codec(
+        spec, max_chunk_nbytes=settings.max_chunk_nbytes, zstd_encoder=settings.zstd_encoder
+    )
     # zarr's ShardingCodec carries a write-time layout (``subchunk_write_order``, zarr >= 3.4)
     # that is not stored in metadata; honour it so shards are byte-identical to zarr's.
     codecs: tuple[Any, ...] = tuple(getattr(metadata, "codecs", ()))

@@ -30,7 +30,7 @@ __all__ = [
 
 LIBRARY = Path(__file__).with_name("libczbatch.so")
 #: The helper's ``cz_abi_version()``: a library built from another source is not used.
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -48,10 +48,6 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.cz_compress_many.restype = _I64
     lib.cz_zstd_decompress_many.argtypes = [_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _P]
     lib.cz_zstd_decompress_many.restype = _I64
-    lib.cz_zstd_compress_many.argtypes = [
-        _P, _P, _P, _P, _P, _I32, _I32, _I64, _P, _I64, _P, _P, _I64, _P,
-    ]
-    lib.cz_zstd_compress_many.restype = _I64
     lib.cz_gather.argtypes = [_I64, _P, _P, _P, _P, _P]
     lib.cz_gather.restype = None
 

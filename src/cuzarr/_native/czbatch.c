@@ -3,8 +3,8 @@
  * into C (and releases the GIL, through ctypes) once per batch instead of once per chunk.
  *
  * It holds no codec. The codec functions are passed in as pointers: c-blosc's thread-safe
- * entry points (blosc_decompress_ctx, blosc_compress_ctx) and libzstd's (ZSTD_createDCtx,
- * ZSTD_decompressDCtx, ...) as exported by the libraries numcodecs ships, looked up by
+ * entry points (blosc_decompress_ctx, blosc_compress_ctx) and libzstd's decoder
+ * (ZSTD_createDCtx, ZSTD_decompressDCtx, ...) as exported by the libraries numcodecs ships, looked up by
  * cuzarr.codecs.blosc_batch and cuzarr.codecs.zstd_batch. Plain C99, no Python headers: it is
  * loaded with ctypes, so one build serves every Python version.
  *
@@ -24,7 +24,7 @@ typedef int (*cz_compress_fn)(int, int, size_t, size_t, const void *, void *, si
                               const char *, size_t, int);
 
 /* The ABI version Python checks before using the library (bump on any signature change). */
-int cz_abi_version(void) { return 5; }
+int cz_abi_version(void) { return 6; }
 
 /*
  * Decompress n frames, frame i starting at src + src_offsets[i], into dest + dest_offsets[i]
@@ -103,50 +103,6 @@ int64_t cz_zstd_decompress_many(cz_zstd_create_fn create, cz_zstd_free_fn releas
         }
     }
     release(dctx);
-    return failed;
-}
-
-/* libzstd's ZSTD_createCCtx, ZSTD_freeCCtx, ZSTD_CCtx_setParameter, ZSTD_compress2. */
-typedef void *(*cz_zstd_create_c_fn)(void);
-typedef size_t (*cz_zstd_set_fn)(void *, int, int);
-typedef size_t (*cz_zstd_compress2_fn)(void *, void *, size_t, const void *, size_t);
-
-/* ZSTD_cParameter values of zstd.h's stable API. */
-#define CZ_ZSTD_C_COMPRESSION_LEVEL 100
-#define CZ_ZSTD_C_CHECKSUM_FLAG 201
-
-/*
- * Compress n inputs of nbytes each, input i at address src_ptrs[i], into dest +
- * dest_offsets[i] (room for destsize bytes each), with one compression context whose level and
- * checksum flag are set once (each ZSTD_compress2 call starts a new frame). sizes[i] is the
- * frame's size, -1 on an error. Returns how many failed (-1: no context could be made or set).
- */
-int64_t cz_zstd_compress_many(cz_zstd_create_c_fn create, cz_zstd_free_fn release,
-                              cz_zstd_set_fn set_parameter, cz_zstd_compress2_fn compress2,
-                              cz_zstd_iserror_fn iserror, int level, int checksum, int64_t n,
-                              const uint64_t *src_ptrs, int64_t nbytes,
-                              uint8_t *dest, const int64_t *dest_offsets, int64_t destsize,
-                              int64_t *sizes)
-{
-    void *cctx = create();
-    if (cctx == NULL) {
-        return -1;
-    }
-    if (iserror(set_parameter(cctx, CZ_ZSTD_C_COMPRESSION_LEVEL, level)) ||
-        iserror(set_parameter(cctx, CZ_ZSTD_C_CHECKSUM_FLAG, checksum))) {
-        release(cctx);
-        return -1;
-    }
-    int64_t failed = 0;
-    for (int64_t i = 0; i < n; i++) {
-        size_t r = compress2(cctx, dest + dest_offsets[i], (size_t)destsize,
-                             (const void *)(uintptr_t)src_ptrs[i], (size_t)nbytes);
-        sizes[i] = iserror(r) ? -1 : (int64_t)r;
-        if (sizes[i] < 0) {
-            failed++;
-        }
-    }
-    release(cctx);
     return failed;
 }
 

@@ -52,6 +52,7 @@ class _Builder:
 
     spec: ArraySpec
     max_chunk_nbytes: int
+    zstd_encoder: str = "zstandard"
 
     @property
     def path(self) -> str:
@@ -167,7 +168,10 @@ class _Builder:
 
 
 def build_chunk_codec(
-    spec: ArraySpec, *, max_chunk_nbytes: int = DEFAULT_MAX_CHUNK_NBYTES
+    spec: ArraySpec,
+    *,
+    max_chunk_nbytes: int = DEFAULT_MAX_CHUNK_NBYTES,
+    zstd_encoder: str = "zstandard",
 ) -> ChunkCodec | V2ChunkCodec:
     """Compile the codec chain of an array's chunks.
 
@@ -178,6 +182,8 @@ def build_chunk_codec(
     max_chunk_nbytes : int
         ``Settings.max_chunk_nbytes``: bounds decompression where the chain cannot tell the
         decoded size.
+    zstd_encoder : str
+        ``Settings.zstd_encoder``: the library zstd chunks are compressed with.
 
     Returns
     -------
@@ -191,7 +197,7 @@ def build_chunk_codec(
         For invalid codec configurations.
     """
     _check_dtype(spec.dtype, f"Array '{spec.path}'")
-    b = _Builder(spec, max_chunk_nbytes)
+    b = _Builder(spec, max_chunk_nbytes, zstd_encoder)
     if spec.zarr_format == 3:
         return b.v3_chain(spec.codecs, spec.chunk_shape, spec.dtype, "codecs", allow_sharding=True)
     filters = []
@@ -211,5 +217,6 @@ def build_chunk_codec(
             b.numcodec(c.name, config, "compressor", reader),
             max_chunk_nbytes,
             typesize=config.get("typesize"),
+            zstd_encoder=zstd_encoder,
         )
     return V2ChunkCodec(spec.chunk_shape, spec.dtype, spec.order, tuple(filters), compressor)

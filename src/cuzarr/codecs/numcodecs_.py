@@ -27,7 +27,6 @@ import numpy.typing as npt
 import zstandard
 from numcodecs.abc import Codec as Numcodec
 
-from cuzarr.codecs import zstd_batch
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.codecs.headers import (
     blosc_nbytes,
@@ -213,22 +212,48 @@ def zstd_decode_many(frames: list[Buf], size: int, name: str = "zstd") -> Any:
         raise CorruptChunkError(f"{name} batch: {exc}") from exc
 
 
-def zstd_encode_many(
-    inputs: list[npt.NDArray[np.uint8]], level: int, checksum: bool
-) -> list[Buf]:
-    """Compress flat ``uint8`` inputs to one zstd frame each: numcodecs' frames, byte for byte.
+def _zstd_compressor(level: int, checksum: bool) -> zstandard.ZstdCompressor:
+    """The calling thread's python-zstandard context for ``level`` and the checksum flag."""
+    cache: dict[tuple[int, bool], zstandard.ZstdCompressor] | None = getattr(
+        _zstd_local, "cctx", None
+    )
+    if cache is None:
+        cache = _zstd_local.cctx = {}
+    cctx = cache.get((level, checksum))
+    if cctx is None:
+        # numcodecs' frame options: content size written, no dictionary id, checksum as set.
+        cctx = cache[(level, checksum)] = zstandard.ZstdCompressor(
+            level=level, write_checksum=checksum, write_content_size=True, write_dict_id=False
+        )
+    return cctx
 
-    With the batch helper, inputs of one size go to one GIL-free call with one reused context
-    (:func:`cuzarr.codecs.zstd_batch.encode_arrays`, numcodecs' own libzstd; numcodecs creates
-    a context per call: ~40 us of an 8 KiB chunk's ~80 us). Otherwise numcodecs encodes each.
+
+def zstd_encode(data: Buf, level: int, checksum: bool) -> bytes:
+    """One zstd frame of ``data`` with python-zstandard (``Settings.zstd_encoder="zstandard"``)."""
+    return _zstd_compressor(level, checksum).compress(memoryview(as_u8(data)))
+
+
+def zstd_encode_many(
+    inputs: list[npt.NDArray[np.uint8]], level: int, checksum: bool, encoder: str = "zstandard"
+) -> list[Buf]:
+    """Compress flat ``uint8`` inputs to one zstd frame each.
+
+    ``encoder`` is ``Settings.zstd_encoder``. ``"zstandard"``: python-zstandard's
+    ``multi_compress_to_buffer``, one GIL-free call for the list with this thread's reused
+    context (numcodecs creates a context per call: ~40 us of an 8 KiB chunk's ~80 us); valid
+    frames, not numcodecs' bytes. ``"numcodecs"``: numcodecs encodes each (its bytes).
     """
     if not inputs:
         return []
-    nbytes = inputs[0].nbytes
-    if zstd_batch.available() and all(
-        x.nbytes == nbytes and x.flags.c_contiguous and x.dtype == np.uint8 for x in inputs
-    ):
-        return list(zstd_batch.encode_arrays(inputs, level, checksum))
+    # Empty inputs (none in a valid array: chunks have at least one element) stay with
+    # numcodecs, whose frame for them is what zarr-python writes.
+    if encoder == "zstandard" and all(x.nbytes for x in inputs):
+        cctx = _zstd_compressor(level, checksum)
+        # BufferSegments expose the buffer protocol (their stubs do not say so).
+        frames: Any = cctx.multi_compress_to_buffer(
+            [memoryview(as_u8(x)) for x in inputs], threads=1
+        )
+        return [np.frombuffer(frames[i], np.uint8) for i in range(len(inputs))]
     codec = numcodecs.Zstd(level=level, checksum=checksum)
     return [codec.encode(x) for x in inputs]
 
@@ -254,12 +279,15 @@ class NumcodecsBytesCodec:
     typesize : int or None
         The ``typesize`` of the configuration ``codec`` was made from (blosc: the element
         size it shuffles by; ``None``: the input's item size). numcodecs does not report it.
+    zstd_encoder : str
+        ``Settings.zstd_encoder`` (zstd only): ``"zstandard"`` or ``"numcodecs"``.
     """
 
     name: str
     codec: Numcodec
     max_chunk_nbytes: int = DEFAULT_MAX_CHUNK_NBYTES
     typesize: int | None = None
+    zstd_encoder: str = "zstandard"
 
     @property
     def stream_format(self) -> str:
@@ -367,6 +395,11 @@ class NumcodecsBytesCodec:
         arguments, as ``Blosc.encode`` does after ~5 us of argument normalisation per call.
         """
         codec = self.codec
+        if isinstance(codec, numcodecs.Zstd) and self.zstd_encoder == "zstandard":
+            # Any contiguous layout and dtype, in memory order (as numcodecs takes them).
+            u8 = as_u8(data)
+            if u8.nbytes:
+                return zstd_encode(u8, int(codec.level), bool(codec.checksum))
         if (
             isinstance(codec, numcodecs.Blosc)
             and isinstance(data, np.ndarray)
@@ -398,8 +431,8 @@ class NumcodecsBytesCodec:
 
     @property
     def batch_encodes(self) -> bool:
-        """Whether :meth:`encode_many` compresses in one batched call (zstd, with the helper)."""
-        return isinstance(self.codec, numcodecs.Zstd) and zstd_batch.available()
+        """Whether :meth:`encode_many` compresses in one batched call (zstd, python-zstandard)."""
+        return isinstance(self.codec, numcodecs.Zstd) and self.zstd_encoder == "zstandard"
 
     def encode_many(self, inputs: list[npt.NDArray[np.uint8]]) -> list[Buf]:
         """Encode many flat ``uint8`` buffers: :meth:`encode`'s frames, byte for byte.
@@ -409,7 +442,9 @@ class NumcodecsBytesCodec:
         """
         codec = self.codec
         if isinstance(codec, numcodecs.Zstd):
-            return zstd_encode_many(inputs, int(codec.level), bool(codec.checksum))
+            return zstd_encode_many(
+                inputs, int(codec.level), bool(codec.checksum), self.zstd_encoder
+            )
         return [self.codec.encode(x) for x in inputs]
 
     def encoded_size(self, nbytes: int) -> int | None:

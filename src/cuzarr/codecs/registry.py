@@ -63,6 +63,11 @@ class Builder(Protocol):
         """The array's ``Settings.max_chunk_nbytes`` (bounds unsized decompression)."""
         ...
 
+    @property
+    def zstd_encoder(self) -> str:
+        """The array's ``Settings.zstd_encoder`` (the library zstd chunks are compressed with)."""
+        ...
+
     def reader(self, codec: CodecSpec, where: str) -> JsonReader:
         """A reader of ``codec``'s configuration that names ``where`` in its errors."""
         ...
@@ -197,6 +202,7 @@ def _v3_numcodec(
         b.numcodec(codec_id, config, where, plain),
         b.max_chunk_nbytes,
         typesize=config.get("typesize"),
+        zstd_encoder=b.zstd_encoder,
     )
 
 
@@ -215,6 +221,7 @@ def _numcodecs_bytes(
         b.numcodec(codec_id, config, where, r),
         b.max_chunk_nbytes,
         typesize=config.get("typesize"),
+        zstd_encoder=b.zstd_encoder,
     )
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numcodecs.zstd
@@ -25,7 +24,7 @@ import numpy.typing as npt
 from cuzarr import _native
 from cuzarr._native import address, check_runs
 
-__all__ = ["available", "compress_bound", "decode_frames", "encode_arrays"]
+__all__ = ["available", "decode_frames"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -37,11 +36,6 @@ class _Entry:
     free: int
     decompress: int
     is_error: int
-    create_c: int
-    free_c: int
-    set_parameter: int
-    compress2: int
-    compress_bound: Callable[[int], int]
 
 
 @functools.cache
@@ -51,25 +45,14 @@ def _entry() -> _Entry | None:
         return None
     try:
         lib = ctypes.CDLL(numcodecs.zstd.__file__)
-        names = (
-            "ZSTD_createDCtx", "ZSTD_freeDCtx", "ZSTD_decompressDCtx", "ZSTD_isError",
-            "ZSTD_createCCtx", "ZSTD_freeCCtx", "ZSTD_CCtx_setParameter", "ZSTD_compress2",
-        )
+        names = ("ZSTD_createDCtx", "ZSTD_freeDCtx", "ZSTD_decompressDCtx", "ZSTD_isError")
         pointers = [ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in names]
-        bound = lib.ZSTD_compressBound
     except (OSError, AttributeError):
         return None
     if not all(pointers):
         return None
-    bound.argtypes = [ctypes.c_size_t]
-    bound.restype = ctypes.c_size_t
-    create, free, decompress, is_error, create_c, free_c, set_parameter, compress2 = (
-        int(p) for p in pointers if p
-    )
-    return _Entry(
-        helper, create, free, decompress, is_error, create_c, free_c, set_parameter, compress2,
-        bound,
-    )
+    create, free, decompress, is_error = (int(p) for p in pointers if p)
+    return _Entry(helper, create, free, decompress, is_error)
 
 
 def available() -> bool:
@@ -130,52 +113,3 @@ def decode_frames(
         raise MemoryError("ZSTD_createDCtx failed")
     ok: npt.NDArray[np.bool_] = status == nbytes
     return ok
-
-
-def compress_bound(nbytes: int) -> int:
-    """The largest frame libzstd writes for ``nbytes`` of input (``ZSTD_compressBound``)."""
-    entry = _entry()
-    assert entry is not None, "compress_bound needs available()"
-    return int(entry.compress_bound(nbytes))
-
-
-def encode_arrays(
-    inputs: Sequence[npt.NDArray[np.uint8]], level: int, checksum: bool
-) -> list[npt.NDArray[np.uint8]]:
-    """Compress flat ``uint8`` arrays of one size to one frame each, as numcodecs' ``Zstd``.
-
-    One context for the batch with the codec's level and checksum flag (numcodecs'
-    ``compress``: ``ZSTD_compress2`` after setting both), from the same library, so the
-    frames are numcodecs', byte for byte, for any size; one crossing into C for the batch.
-
-    Returns
-    -------
-    list of ndarray
-        One frame per input: views of one buffer, which they keep alive.
-
-    Raises
-    ------
-    RuntimeError
-        If libzstd fails on an input.
-    """
-    entry = _entry()
-    assert entry is not None, "encode_arrays needs available()"
-    n = len(inputs)
-    if not n:
-        return []
-    nbytes = inputs[0].nbytes
-    if any(x.nbytes != nbytes or not x.flags.c_contiguous or x.dtype != np.uint8 for x in inputs):
-        raise ValueError("encode_arrays takes contiguous uint8 arrays of one size")
-    room = compress_bound(nbytes)
-    dest = np.empty(n * room, np.uint8)
-    offsets = np.arange(n, dtype=np.int64) * room
-    ptrs = np.array([address(x) for x in inputs], np.uint64)
-    sizes = np.empty(n, np.int64)
-    failed = entry.helper.cz_zstd_compress_many(
-        entry.create_c, entry.free_c, entry.set_parameter, entry.compress2, entry.is_error,
-        level, int(checksum), n, address(ptrs), nbytes, address(dest), address(offsets), room,
-        address(sizes),
-    )
-    if failed:
-        raise RuntimeError("Zstd compression error (libzstd refused an input or a setting)")
-    return [dest[o : o + s] for o, s in zip(offsets.tolist(), sizes.tolist(), strict=True)]

@@ -303,7 +303,9 @@ def check_parity(
     open_config : mapping, optional
         ``config=`` for opening the array to read (e.g. ``{"read_missing_chunks": False}``).
     compare_bytes : bool, default True
-        Also require byte-identical stored objects (metadata and chunks).
+        Also require byte-identical stored objects (metadata and chunks). cuzarr then writes
+        with ``zstd_encoder="numcodecs"`` (its default, python-zstandard, writes valid zstd
+        frames that may differ from numcodecs' bytes).
     engine : bool, default True
         Expect cuzarr's engine to serve every write and read (strict, no fallback); with
         ``False``, cuzarr runs non-strict and zarr's pipeline may serve the array.
@@ -326,7 +328,9 @@ def check_parity(
     chunks: tuple[int, ...] = ()
     reset_stats()
     for name in ("zarr", "cuzarr"):
-        with use_pipeline(name, strict=engine):
+        # Byte-identical zstd chunks need numcodecs as cuzarr's zstd encoder.
+        extra = {"zstd_encoder": "numcodecs"} if compare_bytes and name == "cuzarr" else {}
+        with use_pipeline(name, strict=engine, **extra):
             arr = zarr.create_array(stores[name], name=path, **create)
             if model is None:
                 chunks = tuple(arr.shards or arr.chunks)  # what arr.blocks steps by

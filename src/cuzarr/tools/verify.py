@@ -280,7 +280,9 @@ def verify(
         if isinstance(node, GroupSpec):
             continue
         try:
-            codec = build_chunk_codec(node, max_chunk_nbytes=settings.max_chunk_nbytes)
+            codec = build_chunk_codec(
+                node, max_chunk_nbytes=settings.max_chunk_nbytes, zstd_encoder=settings.zstd_encoder
+            )
         except UnsupportedError as exc:
             report.warnings.append(f"array '{path}' not checked: {exc}")
             continue
