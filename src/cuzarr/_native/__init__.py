@@ -3,8 +3,8 @@
 ``czbatch.c`` is compiled into ``libczbatch.so`` by the build hook (``hatch_build.py``) when
 cuzarr is installed. It holds no codec: it calls codec functions it is handed (c-blosc's and
 libzstd's, from numcodecs) once per chunk, so Python crosses into C, and ctypes releases the
-GIL, once per batch. Without it (no C compiler at install, or ``CUZARR_NATIVE=0``) cuzarr takes its
-pure-Python paths, which give the same results.
+GIL, once per batch. Without it (no C compiler at install, or ``CUZARR_NATIVE=0``) cuzarr
+takes its pure-Python paths, which give the same results.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,12 @@ __all__ = [
     "ABI_VERSION",
     "LIBRARY",
     "address",
+    "as_offsets",
+    "check_buffers",
     "check_runs",
     "gather",
     "helper",
+    "symbols",
     "unavailable_reason",
 ]
 
@@ -83,6 +87,34 @@ def unavailable_reason() -> str | None:
     return _load()[1]
 
 
+def symbols(path: str, names: Sequence[str]) -> tuple[int, ...] | None:
+    """Addresses of the functions ``names`` exported by the shared object ``path``.
+
+    ``None`` when the helper is not loaded or any of them is missing (the codec functions the
+    helper is handed come from numcodecs' extension modules this way).
+    """
+    if helper() is None:
+        return None
+    try:
+        lib = ctypes.CDLL(path)
+        found = [ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in names]
+    except (OSError, AttributeError):
+        return None
+    pointers = tuple(int(p) for p in found if p)
+    return pointers if len(pointers) == len(names) else None
+
+
+def check_buffers(what: str, src: npt.NDArray[Any], dest: npt.NDArray[Any]) -> None:
+    """Raise ``ValueError`` unless ``src`` is contiguous and ``dest`` contiguous and writable."""
+    if not (src.flags.c_contiguous and dest.flags.c_contiguous and dest.flags.writeable):
+        raise ValueError(f"{what} needs a contiguous source and a writable contiguous dest")
+
+
+def as_offsets(*arrays: npt.NDArray[Any]) -> list[npt.NDArray[np.int64]]:
+    """Each array as a contiguous ``int64`` array (what the helper's offset arguments point to)."""
+    return [np.ascontiguousarray(a, dtype=np.int64) for a in arrays]
+
+
 def address(a: npt.NDArray[Any]) -> int:
     """The address of an array's first byte (for the helper's pointer arguments)."""
     return int(a.__array_interface__["data"][0])
@@ -113,8 +145,7 @@ def gather(
     """
     lib = helper()
     assert lib is not None, "gather needs the batch helper"
-    if not (src.flags.c_contiguous and dest.flags.c_contiguous and dest.flags.writeable):
-        raise ValueError("gather needs a contiguous source and a writable contiguous dest")
+    check_buffers("gather", src, dest)
     n = len(lengths)
     if not n:
         return
@@ -122,7 +153,5 @@ def gather(
         raise ValueError("gather: offsets and lengths must pair up, lengths >= 0")
     check_runs("gather src_offsets", src_offsets, lengths, src.nbytes)
     check_runs("gather dest_offsets", dest_offsets, lengths, dest.nbytes)
-    so = np.ascontiguousarray(src_offsets, dtype=np.int64)
-    ln = np.ascontiguousarray(lengths, dtype=np.int64)
-    do = np.ascontiguousarray(dest_offsets, dtype=np.int64)
+    so, ln, do = as_offsets(src_offsets, lengths, dest_offsets)
     lib.cz_gather(n, address(src), address(so), address(ln), address(dest), address(do))

@@ -161,6 +161,43 @@ class _ChunkScratch:
         return buf
 
 
+def _grid_parts(grid: tuple[int, ...], nbytes: int) -> tuple[int, list[tuple[int, int]]]:
+    """Inner chunks per slab of a box (along its first axis), and its parts.
+
+    A part is a range of slabs of about :data:`GRID_PART_BYTES` decoded bytes.
+    """
+    slab = math.prod(grid[1:])
+    step = max(1, GRID_PART_BYTES // max(1, slab * nbytes))
+    return slab, [(a, min(a + step, grid[0])) for a in range(0, grid[0], step)]
+
+
+def _interleaved(
+    block: npt.NDArray[Any], counts: tuple[int, ...], shape: tuple[int, ...], *, writeable: bool
+) -> npt.NDArray[Any]:
+    """``block`` (``counts`` inner chunks of ``shape`` per axis) viewed as (k0, c0, k1, c1, ...).
+
+    Any strides: the view steps over exactly ``block``'s own memory.
+    """
+    return np.lib.stride_tricks.as_strided(
+        block,
+        shape=tuple(x for k, c in zip(counts, shape, strict=True) for x in (k, c)),
+        strides=tuple(x for st, c in zip(block.strides, shape, strict=True) for x in (st * c, st)),
+        writeable=writeable,
+    )
+
+
+def _interleaved_chunks(
+    chunks: npt.NDArray[Any], counts: tuple[int, ...], shape: tuple[int, ...]
+) -> npt.NDArray[Any]:
+    """Contiguous chunks (C order over ``counts``) as a (k0, c0, k1, c1, ...) view.
+
+    The axes of :func:`_interleaved`'s view, so one assignment copies between the layouts.
+    """
+    nd = len(shape)
+    axes = tuple(i for d in range(nd) for i in (d, d + nd))
+    return chunks.reshape((*counts, *shape)).transpose(axes)
+
+
 def _grid_decoder(codec: Codec) -> Callable[..., npt.NDArray[np.bool_]] | None:
     """The batch decoder for ``codec``'s inner chunks (:meth:`CpuBackend.decode_grid`)."""
     if not isinstance(codec, ChunkCodec):
@@ -318,13 +355,9 @@ class CpuBackend:
             or not dest.flags.writeable
         ):
             return False
-        shape, g, nbytes, nd = codec.shape, grid.grid, codec.nbytes, len(codec.shape)
+        shape, g, nbytes = codec.shape, grid.grid, codec.nbytes
         assert dest.shape == tuple(a * c for a, c in zip(g, shape, strict=True))
-        slab = n // g[0]
-        step = max(1, GRID_PART_BYTES // max(1, slab * nbytes))
-        parts = [(a, min(a + step, g[0])) for a in range(0, g[0], step)]
-        # (k0, c0, k1, c1, ...) over dest, and the same axes of a part's (k0, k1, ..., c0, ...)
-        interleave = tuple(i for d in range(nd) for i in (d, d + nd))
+        slab, parts = _grid_parts(g, nbytes)
 
         def one(part: tuple[int, int]) -> None:
             a0, a1 = part
@@ -348,15 +381,10 @@ class CpuBackend:
                 )
                 item = DecodeItem(grid.data[start : start + length], chunks[j], grid.key, inner)
                 self._decode_one(codec, item, False, name)
-            target = dest[a0 * shape[0] : a1 * shape[0]]
-            view = np.lib.stride_tricks.as_strided(
-                target,
-                shape=tuple(x for k, c in zip((a1 - a0, *g[1:]), shape, strict=True)
-                            for x in (k, c)),
-                strides=tuple(x for st, c in zip(target.strides, shape, strict=True)
-                              for x in (st * c, st)),
-            )
-            view[...] = chunks.reshape((a1 - a0, *g[1:], *shape)).transpose(interleave)
+            counts = (a1 - a0, *g[1:])
+            block = dest[a0 * shape[0] : a1 * shape[0]]
+            target = _interleaved(block, counts, shape, writeable=True)
+            target[...] = _interleaved_chunks(chunks, counts, shape)
 
         parallel_map(one, parts, threads)
         return True
@@ -382,36 +410,26 @@ class CpuBackend:
             or src.dtype != codec.dtype
         ):
             return None
-        shape, nbytes, nd = codec.shape, codec.nbytes, len(codec.shape)
+        shape, nbytes = codec.shape, codec.nbytes
         g = tuple(s // c for s, c in zip(src.shape, shape, strict=True))
         n = math.prod(g)
         if n < GRID_MIN or src.shape != tuple(a * c for a, c in zip(g, shape, strict=True)):
             return None
         # The stored byte order must be the in-memory one (``direct``): checked by blosc_params.
-        slab = n // g[0]
-        step = max(1, GRID_PART_BYTES // max(1, slab * nbytes))
-        parts = [(a, min(a + step, g[0])) for a in range(0, g[0], step)]
+        slab, parts = _grid_parts(g, nbytes)
         stride = nbytes + blosc_batch.BLOSC_OVERHEAD
         rows = np.empty((n, stride), np.uint8)
         flat_rows = rows.reshape(-1)
         sizes = np.zeros(n, np.int64)
-        interleave = tuple(i for d in range(nd) for i in (d, d + nd))
-        inverse = tuple(int(i) for i in np.argsort(interleave))
 
         def one(part: tuple[int, int]) -> None:
             a0, a1 = part
             lo, m = a0 * slab, (a1 - a0) * slab
-            source = src[a0 * shape[0] : a1 * shape[0]]
-            view = np.lib.stride_tricks.as_strided(
-                source,
-                shape=tuple(x for k, c in zip((a1 - a0, *g[1:]), shape, strict=True)
-                            for x in (k, c)),
-                strides=tuple(x for st, c in zip(source.strides, shape, strict=True)
-                              for x in (st * c, st)),
-                writeable=False,
-            )
+            counts = (a1 - a0, *g[1:])
             stage = self._scratch.get((m, *shape), codec.dtype)
-            stage.reshape((a1 - a0, *g[1:], *shape))[...] = view.transpose(inverse)
+            block = src[a0 * shape[0] : a1 * shape[0]]
+            source = _interleaved(block, counts, shape, writeable=False)
+            _interleaved_chunks(stage, counts, shape)[...] = source
             keep = np.ones(m, bool)
             if not write_empty:
                 first = stage.reshape(m, -1)[:, 0]

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cuzarr import _native
-from cuzarr._native import address, check_runs
+from cuzarr._native import address, as_offsets, check_buffers, check_runs, symbols
 
 __all__ = ["BLOSC_OVERHEAD", "BloscParams", "available", "decode_frames", "encode_rows"]
 
@@ -46,18 +46,11 @@ class _Entry:
 
 @functools.cache
 def _entry() -> _Entry | None:
+    found = symbols(numcodecs.blosc.__file__, ("blosc_decompress_ctx", "blosc_compress_ctx"))
     helper = _native.helper()
-    if helper is None:
+    if found is None or helper is None:
         return None
-    try:
-        lib = ctypes.CDLL(numcodecs.blosc.__file__)
-        decompress = ctypes.cast(lib.blosc_decompress_ctx, ctypes.c_void_p).value
-        compress = ctypes.cast(lib.blosc_compress_ctx, ctypes.c_void_p).value
-    except (OSError, AttributeError):
-        return None
-    if not decompress or not compress:
-        return None
-    return _Entry(helper, decompress, compress)
+    return _Entry(helper, *found)
 
 
 def available() -> bool:
@@ -147,8 +140,7 @@ def decode_frames(
     """
     entry = _entry()
     assert entry is not None, "decode_frames needs available()"
-    if not (data.flags.c_contiguous and dest.flags.c_contiguous and dest.flags.writeable):
-        raise ValueError("decode_frames needs contiguous data and a writable contiguous dest")
+    check_buffers("decode_frames", data, dest)
     n = len(starts)
     ok = (lengths >= _HEADER) & (starts >= 0) & (starts + lengths <= data.nbytes)
     if n and ok.any():
@@ -159,8 +151,7 @@ def decode_frames(
     todo = np.flatnonzero(ok)
     if not len(todo):
         return ok
-    src_offsets = np.ascontiguousarray(starts[todo], dtype=np.int64)
-    out_offsets = np.ascontiguousarray(dest_offsets[todo], dtype=np.int64)
+    src_offsets, out_offsets = as_offsets(starts[todo], dest_offsets[todo])
     check_runs("decode_frames dest_offsets", out_offsets, nbytes, dest.nbytes)
     status = np.empty(len(todo), np.int32)
     failed = entry.helper.cz_decompress_many(
@@ -193,15 +184,13 @@ def encode_rows(
     """
     entry = _entry()
     assert entry is not None, "encode_rows needs available()"
-    if not (src.flags.c_contiguous and dest.flags.c_contiguous and dest.flags.writeable):
-        raise ValueError("encode_rows needs a contiguous source and a writable contiguous dest")
+    check_buffers("encode_rows", src, dest)
     n = len(src_offsets)
     room = nbytes + BLOSC_OVERHEAD
     check_runs("encode_rows src_offsets", src_offsets, nbytes, src.nbytes)
     check_runs("encode_rows dest_offsets", dest_offsets, room, dest.nbytes)
     sizes = np.empty(n, np.int32)
-    so = np.ascontiguousarray(src_offsets, dtype=np.int64)
-    do = np.ascontiguousarray(dest_offsets, dtype=np.int64)
+    so, do = as_offsets(src_offsets, dest_offsets)
     if n:
         entry.helper.cz_compress_many(
             entry.compress, n, params.clevel, params.shuffle, params.typesize, nbytes,

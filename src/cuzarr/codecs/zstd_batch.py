@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cuzarr import _native
-from cuzarr._native import address, check_runs
+from cuzarr._native import address, as_offsets, check_buffers, check_runs, symbols
 
 __all__ = ["available", "decode_frames"]
 
@@ -40,19 +40,12 @@ class _Entry:
 
 @functools.cache
 def _entry() -> _Entry | None:
+    names = ("ZSTD_createDCtx", "ZSTD_freeDCtx", "ZSTD_decompressDCtx", "ZSTD_isError")
+    found = symbols(numcodecs.zstd.__file__, names)
     helper = _native.helper()
-    if helper is None:
+    if found is None or helper is None:
         return None
-    try:
-        lib = ctypes.CDLL(numcodecs.zstd.__file__)
-        names = ("ZSTD_createDCtx", "ZSTD_freeDCtx", "ZSTD_decompressDCtx", "ZSTD_isError")
-        pointers = [ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in names]
-    except (OSError, AttributeError):
-        return None
-    if not all(pointers):
-        return None
-    create, free, decompress, is_error = (int(p) for p in pointers if p)
-    return _Entry(helper, create, free, decompress, is_error)
+    return _Entry(helper, *found)
 
 
 def available() -> bool:
@@ -90,8 +83,7 @@ def decode_frames(
     """
     entry = _entry()
     assert entry is not None, "decode_frames needs available()"
-    if not (data.flags.c_contiguous and dest.flags.c_contiguous and dest.flags.writeable):
-        raise ValueError("decode_frames needs contiguous data and a writable contiguous dest")
+    check_buffers("decode_frames", data, dest)
     n = len(starts)
     if len(lengths) != n or len(dest_offsets) != n:
         raise ValueError("decode_frames: starts, lengths and dest_offsets must pair up")
@@ -101,9 +93,7 @@ def decode_frames(
         raise ValueError("decode_frames: lengths must be >= 0")
     check_runs("decode_frames starts", starts, lengths, data.nbytes)
     check_runs("decode_frames dest_offsets", dest_offsets, nbytes, dest.nbytes)
-    so = np.ascontiguousarray(starts, dtype=np.int64)
-    ln = np.ascontiguousarray(lengths, dtype=np.int64)
-    do = np.ascontiguousarray(dest_offsets, dtype=np.int64)
+    so, ln, do = as_offsets(starts, lengths, dest_offsets)
     status = np.empty(n, np.int64)
     failed = entry.helper.cz_zstd_decompress_many(
         entry.create, entry.free, entry.decompress, entry.is_error, n, address(data),

@@ -270,7 +270,7 @@ class ShardingCodec:
             return None
         table = np.full((self.n_inner, 2), EMPTY, dtype=np.uint64)
         n_index = self.index_nbytes
-        pos = n_index if self.index_location == "start" else 0
+        pos = self._data_start()
         order = [i for i in self.layout_order() if i in encoded]
         sizes = [memoryview(encoded[i]).nbytes for i in order]
         total = sum(sizes) + n_index
@@ -279,12 +279,23 @@ class ShardingCodec:
             table[i] = (pos, size)
             out[pos : pos + size] = as_u8(encoded[i])
             pos += size
+        return self._with_index(out, table)
+
+    def _with_index(
+        self, out: npt.NDArray[np.uint8], table: npt.NDArray[np.uint64]
+    ) -> npt.NDArray[np.uint8]:
+        """``out`` (a shard with room for its index) with ``table`` encoded into its place."""
+        n_index = self.index_nbytes
         index_bytes = as_u8(self.index.encode(table.reshape(*self.chunks_per_shard, 2)))
         if self.index_location == "start":
             out[:n_index] = index_bytes
         else:
-            out[total - n_index :] = index_bytes
+            out[out.nbytes - n_index :] = index_bytes
         return out
+
+    def _data_start(self) -> int:
+        """Where the first inner chunk of an assembled shard begins."""
+        return self.index_nbytes if self.index_location == "start" else 0
 
     def assemble_grid(
         self,
@@ -318,7 +329,7 @@ class ShardingCodec:
             return None
         n_index = self.index_nbytes
         lens = length[order]
-        pos = np.cumsum(lens) - lens + (n_index if self.index_location == "start" else 0)
+        pos = np.cumsum(lens) - lens + self._data_start()
         total = int(lens.sum()) + n_index
         out = np.empty(total, dtype=np.uint8)
         from_new = new[order]
@@ -333,12 +344,7 @@ class ShardingCodec:
         table_out = np.full((n, 2), EMPTY, dtype=np.uint64)
         table_out[order, 0] = pos.astype(np.uint64)
         table_out[order, 1] = lens.astype(np.uint64)
-        index_bytes = as_u8(self.index.encode(table_out.reshape(*self.chunks_per_shard, 2)))
-        if self.index_location == "start":
-            out[:n_index] = index_bytes
-        else:
-            out[total - n_index :] = index_bytes
-        return out
+        return self._with_index(out, table_out)
 
     def _region(self, coords: tuple[int, ...]) -> tuple[slice, ...]:
         return tuple(
