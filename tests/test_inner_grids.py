@@ -360,3 +360,23 @@ def test_grid_is_not_taken_for_other_chains(
         calls = _grid_calls(monkeypatch)
         np.testing.assert_array_equal(a[...], data)
         assert calls == {"decode": 0, "encode": 0}
+
+
+def test_assemble_grid_equals_assemble_with_a_zero_length_inner_chunk(tmp_path: Path) -> None:
+    """An old inner chunk of 0 bytes (another writer's) is kept by both builders alike."""
+    _create(tmp_path / "a.zarr", "<u2")
+    sh = cuzarr.open(tmp_path / "a.zarr")._engine._ctx.sharding
+    rng = np.random.default_rng(1)
+    blobs = {i: rng.integers(0, 255, 20 + i, dtype=np.uint8) for i in range(0, sh.n_inner, 3)}
+    blobs[3] = np.zeros(0, np.uint8)  # present, empty
+    old = sh.split(sh.assemble(blobs))
+    flat = np.array([1, 6, 7], np.intp)
+    rows = np.zeros((3, 40), np.uint8)
+    rows[:, :5] = np.arange(15, dtype=np.uint8).reshape(3, 5)
+    sizes = np.array([5, 0, 5], np.int64)  # inner chunk 6 becomes empty
+    want = dict(blobs)
+    want.pop(6)
+    want[1], want[7] = rows[0, :5], rows[2, :5]
+    got = sh.assemble_grid(old, flat, rows, sizes)
+    assert got is not None
+    assert bytes(got) == bytes(sh.assemble(want))

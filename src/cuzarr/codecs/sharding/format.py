@@ -315,16 +315,21 @@ class ShardingCodec:
         length = np.zeros(n, np.int64)
         start = np.zeros(n, np.int64)
         new = np.zeros(n, bool)
+        # Present: a kept inner chunk of the old shard (even one of 0 bytes, which assemble
+        # keeps too), or a new one that was not left out.
+        present = np.zeros(n, bool)
         if old is not None:
             table = old[1]
             kept = table[:, 0] != EMPTY
             length[kept] = table[kept, 1].astype(np.int64)
             start[kept] = table[kept, 0].astype(np.int64)
+            present[kept] = True
         length[flat] = sizes
         start[flat] = np.arange(len(flat), dtype=np.int64) * rows.shape[1]
         new[flat] = True
+        present[flat] = sizes > 0
         order = np.asarray(self.layout_order(), np.intp)
-        order = order[length[order] > 0]
+        order = order[present[order]]
         if not len(order):
             return None
         n_index = self.index_nbytes
