@@ -197,7 +197,10 @@ class ArrayEngine:
         store.check_writable()
         diagnostics.count("engine_writes")
         value = self.backend.asarray(value)
-        if self.sharding is not None:
-            write_shards(self._ctx, store, requests, value, drop_axes, write_empty_chunks)
-            return
-        write_chunks(self._ctx, store, requests, value, drop_axes, write_empty_chunks)
+        try:
+            if self.sharding is not None:
+                write_shards(self._ctx, store, requests, value, drop_axes, write_empty_chunks)
+            else:
+                write_chunks(self._ctx, store, requests, value, drop_axes, write_empty_chunks)
+        finally:
+            store.settle()  # e.g. replaced local files removed: none left behind

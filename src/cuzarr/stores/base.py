@@ -312,6 +312,14 @@ class ChunkStore(Protocol):
         """
         ...
 
+    def settle(self) -> None:
+        """Wait for what earlier :meth:`put` calls left to background work to finish.
+
+        Local folders remove replaced files on a background thread; the engine calls this
+        before a write returns (or raises). Other stores have nothing to wait for.
+        """
+        ...
+
     def delete(self, key: str) -> None:
         """Remove an object; a missing key is not an error."""
         ...
@@ -394,6 +402,9 @@ class BaseChunkStore:
         if data.nbytes == out.nbytes:
             out[...] = data
         return int(data.nbytes)
+
+    def settle(self) -> None:
+        """Nothing to wait for: :meth:`ChunkStore.put` finished its work."""
 
     def open_object(self, key: str) -> ObjectReader | None:
         """Refused: this store has no :attr:`StoreCaps.open_object`."""

@@ -223,6 +223,10 @@ class CachedChunkStore(BaseChunkStore):
         finally:
             self.cache.discard(key)
 
+    def settle(self) -> None:
+        """The inner store's (:meth:`ChunkStore.settle`)."""
+        self.inner.settle()
+
     def delete(self, key: str) -> None:
         """Delete through; the cached object is dropped before and after."""
         self.cache.discard(key)

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import functools
 import itertools
 import os
 import secrets
-from collections.abc import Sequence
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +32,7 @@ from cuzarr.stores.base import (
     Suffix,
 )
 
-__all__ = ["TEMP_SUFFIX", "LocalChunkStore", "check_key"]
+__all__ = ["EXCHANGE_MIN", "TEMP_SUFFIX", "LocalChunkStore", "check_key", "exchange"]
 
 #: Suffix of in-progress writes; never a valid chunk key, ignored by ``cuzarr verify``.
 TEMP_SUFFIX = ".partial"
@@ -61,6 +67,122 @@ class _TempNames:
 
 
 _temp_names = _TempNames()
+
+#: Replaced objects of at least this many bytes are swapped in (:func:`exchange`) rather than
+#: renamed over the old file. On ext4, a rename over an existing file first allocates and
+#: starts writing back the new file's blocks (the ``auto_da_alloc`` heuristic), on the writing
+#: thread: replacing 512 files of 400 kB went from 812 to 1,120 MB/s (tmpfs: 1,615 to
+#: 1,810 MB/s). For files of a few KiB the swap's extra ``unlink`` costs more than it saves
+#: (tmpfs: 271 to 245 MB/s for 6 kB files).
+EXCHANGE_MIN = 64 * 1024
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+#: What ``renameat2`` answers where a system or file system cannot exchange.
+_NO_EXCHANGE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP})
+
+
+class _Remover:
+    """Removes the old files that swaps leave under temporary names, on a background thread.
+
+    Removing a replaced file of a few hundred kB waits on the file system (ext4: ~230 us of
+    wall time, ~60 us of CPU, measured for 300 kB files), time the writing thread can spend on
+    the next chunk. :meth:`drain` waits until every file handed over is gone; the engine calls
+    it (:meth:`LocalChunkStore.settle`) before a write returns, so a finished write leaves no
+    temporary file behind. One thread per process, started on demand, gone after
+    :data:`LINGER` seconds without work; it is not a daemon, so the interpreter's exit
+    finishes the removals. With :data:`MAX_PENDING` files waiting, the writer removes its own.
+    """
+
+    LINGER = 0.05
+    MAX_PENDING = 64
+
+    def __init__(self) -> None:
+        self._reset()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        # A forked child starts with nothing pending: the parent removes its own files.
+        self._cond = threading.Condition()
+        self._pending: deque[str] = deque()
+        self._busy = 0  # handed over and not yet removed
+        self._running = False
+
+    def remove(self, path: str) -> None:
+        """Remove ``path`` soon (now, on this thread, when too many are waiting)."""
+        with self._cond:
+            if self._busy < self.MAX_PENDING:
+                self._pending.append(path)
+                self._busy += 1
+                if self._running:
+                    self._cond.notify()
+                else:
+                    self._running = True
+                    threading.Thread(target=self._run, name="cuzarr-remover").start()
+                return
+        _unlink(path)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._pending:
+                    self._cond.wait(self.LINGER)
+                if not self._pending:
+                    self._running = False
+                    return
+                path = self._pending.popleft()
+            _unlink(path)
+            with self._cond:
+                self._busy -= 1
+                if not self._busy:
+                    self._cond.notify_all()
+
+    def drain(self) -> None:
+        """Wait until every file handed to :meth:`remove` is removed."""
+        with self._cond:
+            while self._busy:
+                self._cond.wait()
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+_remover = _Remover()
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """The C library's ``renameat2`` (Linux, glibc 2.28 or later), or ``None``."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def exchange(src: str, dst: str) -> bool | None:
+    """Swap the files ``src`` and ``dst`` atomically (``renameat2`` with ``RENAME_EXCHANGE``).
+
+    Returns ``True`` when they were swapped, ``False`` when ``dst`` does not exist, ``None``
+    when this system or file system cannot swap. Raises the ``OSError`` of any other failure.
+    """
+    fn = _renameat2()
+    if fn is None:
+        return None
+    if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.ENOENT:
+        return False
+    if err in _NO_EXCHANGE:
+        return None
+    raise OSError(err, os.strerror(err), dst)
 
 
 def check_key(key: str, store: str = "the store") -> str:
@@ -145,6 +267,9 @@ class LocalChunkStore(BaseChunkStore):
         #: ``Path`` converts it on every call, and small writes are hot).
         self._prefix = os.path.join(os.fspath(self.root), "")
         self.read_only = read_only
+        #: Whether replaced files may be swapped in (:func:`exchange`); off once the file
+        #: system refuses.
+        self._exchange = True
         self.name = self.root.as_uri() if self.root.is_absolute() else str(self.root)
         self.caps = StoreCaps(
             read_into=True,
@@ -281,10 +406,14 @@ class LocalChunkStore(BaseChunkStore):
     def put(
         self, key: str, data: Buf, *, mode: PutMode = PutMode.OVERWRITE, version: str | None = None
     ) -> None:
-        """Write to a temporary file in the same folder, then rename over the key.
+        """Write to a temporary file in the same folder, then move it to the key atomically.
 
-        Local folders have no conditional puts: read-modify-writes are serialized by the
-        engine's write locks (threads and processes), so every mode overwrites.
+        By a rename, or, for an object of at least :data:`EXCHANGE_MIN` bytes replacing an
+        existing file, by swapping the two files (:func:`exchange`); the old one is then
+        removed on a background thread before :meth:`settle` returns. Readers see the old or
+        the new file either way. Local folders have no conditional
+        puts: read-modify-writes are serialized by the engine's write locks (threads and
+        processes), so every mode overwrites.
         """
         path = self._path(key)
         tmp = _temp_names.next(path)
@@ -304,13 +433,25 @@ class LocalChunkStore(BaseChunkStore):
                     pos += os.write(fd, view[pos:])
             finally:
                 os.close(fd)
-            os.replace(tmp, path)
+            swapped = None
+            if self._exchange and len(view) >= EXCHANGE_MIN:
+                swapped = exchange(tmp, path)
+                if swapped is None:
+                    self._exchange = False
+            if swapped:
+                _remover.remove(tmp)  # the temporary name now holds the old file
+            else:
+                os.replace(tmp, path)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             # Every failure (permissions, full disk, a file where a folder should be) names the
             # key and the store; no temporary file is left behind.
             raise StoreError(f"Failed to write chunk '{key}' in {self.name}: {exc}") from exc
+
+    def settle(self) -> None:
+        """Wait until the old files that :meth:`put` swapped out are removed."""
+        _remover.drain()
 
     def delete(self, key: str) -> None:
         """Remove a file if it exists."""
