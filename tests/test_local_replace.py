@@ -71,13 +71,28 @@ def test_a_large_replacement_is_swapped_in_and_the_old_file_removed(
     store = LocalChunkStore(tmp_path)
     calls = _spy(monkeypatch)
     store.put("c/0", _blob(1))
-    assert [got for _, _, got in calls] == [False]  # a new key: renamed
+    assert calls == []  # a new key: renamed
     store.put("c/0", _blob(2))
-    assert [got for _, _, got in calls] == [False, True]
-    assert calls[1][1] == str(tmp_path / "c" / "0") and calls[1][0].endswith(TEMP_SUFFIX)
+    assert [got for _, _, got in calls] == [True]
+    assert calls[0][1] == str(tmp_path / "c" / "0") and calls[0][0].endswith(TEMP_SUFFIX)
     store.settle()
     assert _files(tmp_path) == ["c/0"]
     assert (tmp_path / "c" / "0").read_bytes() == _blob(2)
+
+
+def test_a_folder_at_the_key_is_not_swapped_away(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As with a rename, writing over a folder fails naming the key; the folder stays."""
+    store = LocalChunkStore(tmp_path)
+    (tmp_path / "c" / "0").mkdir(parents=True)
+    (tmp_path / "c" / "0" / "inside").write_bytes(b"keep")
+    calls = _spy(monkeypatch)
+    with pytest.raises(StoreError, match="Failed to write chunk 'c/0'"):
+        store.put("c/0", _blob(1))
+    store.settle()
+    assert calls == []
+    assert _files(tmp_path) == ["c/0/inside"]
 
 
 def test_small_objects_are_renamed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ import functools
 import itertools
 import os
 import secrets
+import stat
 import sys
 import threading
 from collections import deque
@@ -150,6 +151,14 @@ def _unlink(path: str) -> None:
 
 
 _remover = _Remover()
+
+
+def _is_file(path: str) -> bool:
+    """Whether ``path`` is a regular file (not missing, a folder or a link): what is swapped."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 @functools.cache
@@ -409,7 +418,7 @@ class LocalChunkStore(BaseChunkStore):
         """Write to a temporary file in the same folder, then move it to the key atomically.
 
         By a rename, or, for an object of at least :data:`EXCHANGE_MIN` bytes replacing an
-        existing file, by swapping the two files (:func:`exchange`); the old one is then
+        existing regular file, by swapping the two files (:func:`exchange`); the old one is then
         removed on a background thread before :meth:`settle` returns. Readers see the old or
         the new file either way. Local folders have no conditional
         puts: read-modify-writes are serialized by the engine's write locks (threads and
@@ -434,7 +443,7 @@ class LocalChunkStore(BaseChunkStore):
             finally:
                 os.close(fd)
             swapped = None
-            if self._exchange and len(view) >= EXCHANGE_MIN:
+            if self._exchange and len(view) >= EXCHANGE_MIN and _is_file(path):
                 swapped = exchange(tmp, path)
                 if swapped is None:
                     self._exchange = False
