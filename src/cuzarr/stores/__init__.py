@@ -7,6 +7,7 @@ module per store; :func:`from_zarr_store` picks the store for a zarr-python ``St
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING, Any
 
 from cuzarr import _zarr_compat as compat
@@ -65,7 +66,7 @@ def from_zarr_store(
     """
     root = compat.local_store_root(store)
     if root is not None:
-        return LocalChunkStore(root, read_only=store.read_only)
+        return _local_chunk_store(root, bool(store.read_only))
     if compat.is_memory_store(store):
         return MemoryChunkStore(store)
     inner = compat.obstore_of(store)
@@ -75,6 +76,16 @@ def from_zarr_store(
             inner, name=name or str(store), read_only=store.read_only, concurrency=concurrency
         )
     return ZarrChunkStore(store, loop)
+
+
+@functools.lru_cache(maxsize=64)
+def _local_chunk_store(root: Any, read_only: bool) -> LocalChunkStore:
+    """One :class:`LocalChunkStore` per folder and mode, shared by every call.
+
+    Building one costs ~40 us (the root's real path and URI), paid per zarr call otherwise;
+    the store holds no per-call state.
+    """
+    return LocalChunkStore(root, read_only=read_only)
 
 
 def track_zarr_loop() -> None:
