@@ -1,0 +1,85 @@
+"""Small reads through zarr run on zarr's event loop; the others hop to a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+from zarr.storage import LocalStore, MemoryStore
+
+import cuzarr
+from cuzarr.engine import ArrayEngine
+from cuzarr.zarr_pipeline import INLINE_READ_MAX_BYTES
+
+
+@pytest.fixture
+def hops(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Counts the engine reads handed to ``asyncio.to_thread`` (other hops are zarr's)."""
+    seen: list[int] = []
+    real = asyncio.to_thread
+
+    async def counting(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(fn, functools.partial) and getattr(fn.func, "__func__", None) is (
+            ArrayEngine.read
+        ):
+            seen.append(len(fn.args[1]))
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    with cuzarr.configure(strict=True):
+        yield seen
+
+
+def _array(
+    store: Any, chunks: tuple[int, ...], shards: tuple[int, ...] | None = None, dtype: str = "u2"
+) -> Any:
+    arr = zarr.create_array(
+        store, shape=(256, 256), chunks=chunks, shards=shards, dtype=dtype,
+        compressors=zarr.codecs.ZstdCodec(level=1),
+    )  # fmt: skip
+    arr[...] = np.arange(256 * 256, dtype=dtype).reshape(256, 256)
+    return zarr.open_array(store, mode="r")
+
+
+@pytest.mark.parametrize("kind", ["local", "memory"])
+def test_one_small_chunk_is_read_on_the_loop(tmp_path: Path, hops: list[int], kind: str) -> None:
+    store = LocalStore(tmp_path / "a.zarr") if kind == "local" else MemoryStore()
+    arr = _array(store, (32, 32))
+    want = np.arange(256 * 256, dtype="u2").reshape(256, 256)
+    hops.clear()
+    np.testing.assert_array_equal(arr[32:64, 64:96], want[32:64, 64:96])  # one chunk
+    np.testing.assert_array_equal(arr[40, 70], want[40, 70])
+    assert hops == []
+    np.testing.assert_array_equal(arr[0:64, 0:32], want[0:64, 0:32])  # two chunks
+    assert hops == [2]
+
+
+def test_large_chunks_and_shards_hop_to_a_thread(tmp_path: Path, hops: list[int]) -> None:
+    want = np.arange(256 * 256, dtype="u2").reshape(256, 256)
+    big = _array(LocalStore(tmp_path / "big.zarr"), (256, 256), dtype="u4")
+    assert INLINE_READ_MAX_BYTES < 256 * 256 * 4
+    sharded = _array(LocalStore(tmp_path / "sharded.zarr"), (32, 32), shards=(64, 64))
+    hops.clear()
+    np.testing.assert_array_equal(big[10:20, 10:20], want[10:20, 10:20].astype("u4"))
+    np.testing.assert_array_equal(sharded[0:32, 0:32], want[0:32, 0:32])
+    assert hops == [1, 1]
+
+
+def test_inline_reads_report_missing_chunks_and_errors(tmp_path: Path, hops: list[int]) -> None:
+    root = tmp_path / "m.zarr"
+    arr = zarr.create_array(
+        LocalStore(root), shape=(64, 64), chunks=(32, 32), dtype="f4", fill_value=7.5,
+        compressors=zarr.codecs.ZstdCodec(level=1),
+    )  # fmt: skip
+    arr[0:32, 0:32] = 1.0
+    np.testing.assert_array_equal(arr[32:64, 32:64], 7.5)  # missing: the fill value
+    (root / "c" / "0" / "0").write_bytes(b"not a zstd frame")
+    with pytest.raises(cuzarr.CorruptChunkError, match="c/0/0"):
+        arr[0:32, 0:32]
+    assert hops == []
