@@ -297,3 +297,25 @@ def test_a_forked_child_has_its_own_remover(tmp_path: Path) -> None:
     assert _files(tmp_path) == ["c/0", "c/1"]
     assert (tmp_path / "c" / "1").read_bytes() == _blob(4)
 
+
+
+def test_a_removal_that_raises_does_not_hang_drain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(path: str) -> None:
+        raise RuntimeError("not an OSError")
+
+    monkeypatch.setattr(local, "_unlink", broken)
+    remover = local._Remover()
+    remover.remove(str(tmp_path / "gone"))
+    done = threading.Event()
+    waiter = threading.Thread(target=lambda: (remover.drain(), done.set()), daemon=True)
+    waiter.start()
+    assert done.wait(10), "drain() hung after a removal raised"
+    # The remover still works afterwards.
+    monkeypatch.setattr(local, "_unlink", lambda path: os.unlink(path))
+    kept = tmp_path / "next"
+    kept.write_bytes(b"x")
+    remover.remove(str(kept))
+    remover.drain()
+    assert not kept.exists()

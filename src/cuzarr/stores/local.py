@@ -132,7 +132,10 @@ class _Remover:
                     self._running = False
                     return
                 path = self._pending.popleft()
-            _unlink(path)
+            # Whatever the removal raises, the file stays a .partial leftover (as after a kill),
+            # it counts as done and the thread lives on: drain() never waits forever.
+            with contextlib.suppress(Exception):
+                _unlink(path)
             with self._cond:
                 self._busy -= 1
                 if not self._busy:
