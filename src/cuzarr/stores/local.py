@@ -86,7 +86,7 @@ class _Remover:
     """Removes the old files that swaps leave under temporary names, on a background thread.
 
     Removing a replaced file of a few hundred kB waits on the file system (ext4: ~230 us of
-    wall time, ~60 us of CPU, measured for 300 kB files), time the writing thread can spend on
+    wall time, ~70 us of CPU, measured for 300 kB files), time the writing thread can spend on
     the next chunk. :meth:`drain` waits until every file handed over is gone; the engine calls
     it (:meth:`LocalChunkStore.settle`) before a write returns, so a finished write leaves no
     temporary file behind. One thread per process, started on demand, gone after
@@ -423,9 +423,9 @@ class LocalChunkStore(BaseChunkStore):
         By a rename, or, for an object of at least :data:`EXCHANGE_MIN` bytes replacing an
         existing regular file, by swapping the two files (:func:`exchange`); the old one is then
         removed on a background thread before :meth:`settle` returns. Readers see the old or
-        the new file either way. Local folders have no conditional
-        puts: read-modify-writes are serialized by the engine's write locks (threads and
-        processes), so every mode overwrites.
+        the new file either way. Local folders have no conditional puts: read-modify-writes
+        are serialized by the engine's write locks (threads and processes), so every mode
+        overwrites.
         """
         path = self._path(key)
         tmp = _temp_names.next(path)
@@ -455,8 +455,7 @@ class LocalChunkStore(BaseChunkStore):
             else:
                 os.replace(tmp, path)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            _unlink(tmp)
             # Every failure (permissions, full disk, a file where a folder should be) names the
             # key and the store; no temporary file is left behind.
             raise StoreError(f"Failed to write chunk '{key}' in {self.name}: {exc}") from exc
