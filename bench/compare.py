@@ -14,6 +14,7 @@ is verified against the expected data; a cell that fails verification has no num
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import importlib.metadata
@@ -1094,6 +1095,18 @@ def _fmt_target(t: dict[str, Any]) -> str:
     return f"{value} {mark}"
 
 
+def _fmt_reporting(before: dict[str, int] | None, during: dict[str, int] | None) -> str:
+    """How much freed memory the kernel reported to the host during the run."""
+    if before is None or during is None:
+        return "not available (not recorded, or not this kernel)"
+    held = during["order"] != before["order"]
+    state = "off for the run (--hold-freed-memory)" if held else f"on (order {before['order']})"
+    if before["reported_kib"] < 0 or during["reported_kib"] < 0:
+        return state
+    mib = (during["reported_kib"] - before["reported_kib"]) / 1024
+    return f"{state}, {mib:,.0f} MiB reported during the run"
+
+
 def format_markdown(doc: dict[str, Any]) -> str:
     """The results as markdown: a header, one table per thread count, targets, peak RSS."""
     env = doc["environment"]
@@ -1114,6 +1127,8 @@ def format_markdown(doc: dict[str, Any]) -> str:
         + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
         f"- CPU time stolen by the hypervisor during the run: "
         f"{_fmt_share(doc.get('steal_fraction'))}.",
+        f"- Free page reporting (freed memory handed back to the VM's host): "
+        f"{_fmt_reporting(doc.get('page_reporting_before'), doc.get('page_reporting_during'))}.",
         "- MB/s = decoded bytes of the selection / the median over rounds of each round's time "
         "(1 MB = 10^6 B); ratios and targets use these medians. "
         "`best peer` = fastest of zarr, zarr-fused, zarrs, tensorstore. n/a = not measured, "
@@ -1312,6 +1327,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS subprocesses")
     p.add_argument("--no-floor", action="store_true", help="skip the codec floor")
     p.add_argument(
+        "--hold-freed-memory",
+        action="store_true",
+        help="turn Linux's free page reporting off during the run (root; restored after): on "
+        "a VM that reports freed memory to its host, re-touching it costs a host fault per page",
+    )
+    p.add_argument(
         "--data",
         type=Path,
         default=None,
@@ -1421,6 +1442,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "created": created.isoformat(),
         "load_before": [round(x, 2) for x in os.getloadavg()],
         "cpu_times_before": interleave.cpu_times(),
+        "page_reporting_before": interleave.page_reporting(),
         "args": {
             "quick": bool(args.quick),
             "size": size,
@@ -1432,6 +1454,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "workloads": args.workloads,
             "rss": not args.no_rss,
             "floor": not args.no_floor,
+            "hold_freed_memory": bool(args.hold_freed_memory),
         },
         "environment": environment(),
         "thread_controls": THREAD_CONTROLS,
@@ -1441,7 +1464,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rss": [],
         "cuzarr_stats": {},
     }
-    with tempfile.TemporaryDirectory(prefix="cuzarr-compare-") as tmp:
+    held = interleave.hold_freed_memory() if args.hold_freed_memory else contextlib.nullcontext()
+    with tempfile.TemporaryDirectory(prefix="cuzarr-compare-") as tmp, held:
         data_dir = args.data or Path(tmp) / "data"
         scratch = Path(tmp) / "scratch"
         scratch.mkdir()
@@ -1465,6 +1489,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _progress(f"peak RSS of read all: {len(jobs)} subprocesses")
             with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
                 doc["rss"] = list(pool.map(lambda job: _subprocess("--rss", job), jobs))
+        doc["page_reporting_during"] = interleave.page_reporting()
     doc["load_after"] = [round(x, 2) for x in os.getloadavg()]
     doc["cpu_times_after"] = interleave.cpu_times()
     doc["steal_fraction"] = interleave.steal_fraction(

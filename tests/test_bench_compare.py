@@ -333,3 +333,68 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
     assert got["ratios"] == [2.0, 4.0] and got["median"] == 3.0
     merged = interleave.merge_rounds(per_engine["cuzarr"])
     assert merged["seconds"] == [1.0, 0.5] and merged["median_seconds"] == 0.75
+
+
+def test_hold_freed_memory_turns_reporting_off_and_restores_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench import interleave
+
+    params = tmp_path / "parameters"
+    params.mkdir()
+    (params / "page_reporting_order").write_text("9\n")
+    (params / "reported_kib").write_text("2048\n")
+    monkeypatch.setattr(interleave, "PAGE_REPORTING", params)
+    before = interleave.page_reporting()
+    assert before == {"order": 9, "reported_kib": 2048}
+    with pytest.raises(RuntimeError, match="inside"), interleave.hold_freed_memory() as old:
+        assert old == 9
+        assert interleave.page_reporting() == {
+            "order": interleave.NO_REPORTING_ORDER,
+            "reported_kib": 2048,
+        }
+        (params / "reported_kib").write_text("3072\n")
+        during = interleave.page_reporting()
+        raise RuntimeError("inside")
+    assert (params / "page_reporting_order").read_text() == "9\n"  # restored after an error
+    assert compare._fmt_reporting(before, during) == (
+        "off for the run (--hold-freed-memory), 1 MiB reported during the run"
+    )
+    assert compare._fmt_reporting(before, before).startswith("on (order 9), 0 MiB")
+    assert compare._fmt_reporting(None, None).startswith("not available")
+
+
+def test_hold_freed_memory_without_the_kernel_feature_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench import interleave
+
+    monkeypatch.setattr(interleave, "PAGE_REPORTING", tmp_path / "absent")
+    assert interleave.page_reporting() is None
+    with interleave.hold_freed_memory() as old:
+        assert old is None
+    assert not (tmp_path / "absent").exists()
+
+
+def test_hold_freed_memory_needs_a_writable_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench import interleave
+
+    params = tmp_path / "parameters"
+    params.mkdir()
+    (params / "page_reporting_order").write_text("9\n")
+    monkeypatch.setattr(interleave, "PAGE_REPORTING", params)
+    assert interleave.page_reporting() == {"order": 9, "reported_kib": -1}
+
+    def refuse(self: Path, *args: Any, **kwargs: Any) -> int:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "write_text", refuse)
+    with (
+        pytest.raises(SystemExit, match=r"page_reporting_order.*run as root"),
+        interleave.hold_freed_memory(),
+    ):
+        pass  # pragma: no cover - never entered
+    monkeypatch.undo()
+    assert (params / "page_reporting_order").read_text() == "9\n"
