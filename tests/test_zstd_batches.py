@@ -56,6 +56,20 @@ def _uses_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+def _uses_c_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Chunks placed per C batch (``zstd_batch.read_boxes`` as the CPU backend calls it)."""
+    placed: list[int] = []
+    real = cpu_backend.zstd_batch.read_boxes
+
+    def spy(*args: Any) -> Any:
+        status = real(*args)
+        placed.append(int((status == 1).sum()))
+        return status
+
+    monkeypatch.setattr(cpu_backend.zstd_batch, "read_boxes", spy)
+    return placed
+
+
 SELECTIONS: list[Any] = [
     np.s_[...],
     np.s_[1:39, 3:35, 2:19],
@@ -76,8 +90,11 @@ def test_batched_reads_equal_zarr(
     a = cuzarr.open(path)
     assert isinstance(a, cuzarr.Array)
     calls = _uses_batches(monkeypatch)
+    placed = _uses_c_batches(monkeypatch)
     for selection in SELECTIONS:
         assert_same_array(a[selection], data[selection], msg=repr(selection))
+    # Box selections go to the C batches, the others (steps, dropped axes) to batch decodes.
+    assert placed and max(placed) == cpu_backend.ZSTD_BATCH
     assert calls and max(calls) == cpu_backend.ZSTD_BATCH
     # The zarr pipeline path (integer axes dropped by zarr's indexer) agrees too.
     with use_pipeline("cuzarr"):
@@ -188,3 +205,128 @@ def test_empty_batches_decode_to_nothing() -> None:
     }
     codec = build_chunk_codec(parse_v3(doc, path="a"))
     assert CpuBackend().decode(codec, [], lambda key, inner: key) == []
+
+
+# ---------------------------------------------------------------------------- C batches
+
+
+@pytest.mark.parametrize(
+    "make_out",
+    [
+        lambda shape, dtype: np.empty(shape, dtype),
+        lambda shape, dtype: np.empty(shape, dtype)[::-1],  # negative strides
+        lambda shape, dtype: np.empty((*shape[:-1], 2 * shape[-1]), dtype)[..., ::2],  # gaps
+        lambda shape, dtype: np.asfortranarray(np.empty(shape, dtype)),
+    ],
+    ids=["c-order", "reversed", "strided-last-axis", "fortran"],
+)
+@pytest.mark.parametrize(
+    "selection", [np.s_[...], np.s_[1:39, 3:35, 2:19], np.s_[17:18, 5:31, 0:20]]
+)
+def test_c_batches_place_boxes_into_any_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_out: Any, selection: Any
+) -> None:
+    path, data = _store(tmp_path)
+    a = cuzarr.open(path)
+    assert isinstance(a, cuzarr.Array)
+    expected = data[selection]
+    out = make_out(expected.shape, data.dtype)
+    out[...] = 12345  # anything left unwritten shows
+    placed = _uses_c_batches(monkeypatch)
+    got = a.read(selection, out=out)
+    assert got is out
+    assert_same_array(out, expected)
+    if expected.size >= 2 * cpu_backend.ZSTD_BATCH * 64:
+        assert placed and sum(placed) > 0
+
+
+def test_c_batches_equal_zarr_through_the_pipeline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, data = _store(tmp_path)
+    placed = _uses_c_batches(monkeypatch)
+    with use_pipeline("cuzarr"):
+        z = zarr.open_array(zarr.storage.LocalStore(path), mode="r")
+        assert_same_array(z[...], data)
+        assert_same_array(z[2:37, 1:30, 3:17], data[2:37, 1:30, 3:17])
+    with use_pipeline("zarr"):
+        reference = zarr.open_array(zarr.storage.LocalStore(path), mode="r")[...]
+    assert_same_array(reference, data)
+    assert placed and sum(placed) > 0
+
+
+def test_without_c_batches_the_same_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, data = _store(tmp_path)
+    placed = _uses_c_batches(monkeypatch)
+    monkeypatch.setattr(cpu_backend.zstd_batch, "available", lambda: False)
+    calls = _uses_batches(monkeypatch)
+    assert_same_array(cuzarr.open(path)[...], data)
+    assert placed == [] and calls and max(calls) == cpu_backend.ZSTD_BATCH
+
+
+def test_c_batches_leave_odd_chunks_to_the_general_path(tmp_path: Path) -> None:
+    """A chunk the C loop cannot place (too long, not one chunk of frames, unreadable) is read
+    the general way, which reads valid ones and names bad ones; a multi-frame chunk decodes."""
+    import zstandard
+
+    path, data = _store(tmp_path)
+    c = zstandard.ZstdCompressor()
+    raw = data[4:8, 4:8, 4:8].tobytes()
+    _chunk_file(path, (1, 1, 1)).write_bytes(c.compress(raw[:64]) + c.compress(raw[64:]))
+    # A valid chunk longer than any single frame of it: one frame with a long skippable frame.
+    padded = data[8:12, 0:4, 0:4].tobytes()
+    skippable = (0x184D2A50).to_bytes(4, "little") + (4000).to_bytes(4, "little") + bytes(4000)
+    _chunk_file(path, (2, 0, 0)).write_bytes(c.compress(padded) + skippable)
+    assert_same_array(cuzarr.open(path)[...], data)
+    victim = _chunk_file(path, (0, 2, 1))
+    victim.unlink()
+    victim.mkdir()  # a folder where a chunk file should be
+    with pytest.raises(OSError):
+        cuzarr.open(path)[...]
+
+
+def test_read_boxes_statuses_and_bounds(tmp_path: Path) -> None:
+    import zstandard
+
+    from cuzarr.codecs import zstd_batch
+
+    if not zstd_batch.available():
+        pytest.skip("the batch helper is not built")
+    chunk = np.arange(24, dtype="<u2").reshape(2, 3, 4)
+    frame = zstandard.ZstdCompressor().compress(chunk.tobytes())
+    (tmp_path / "ok").write_bytes(frame)
+    (tmp_path / "big").write_bytes(frame + bytes(100))
+    (tmp_path / "bad").write_bytes(b"\x00" * len(frame))
+    (tmp_path / "dir").mkdir()
+    paths = [str(tmp_path / n).encode() for n in ("ok", "none", "big", "bad", "dir", "ok")]
+    out = np.zeros((4, 3, 4), "<u2")
+    whole, corner = [0, 0, 0, 0, 0, 0, 2, 3, 4], [1, 1, 2, 2, 0, 0, 1, 2, 2]
+    boxes = np.array([whole] * 5 + [corner], np.int64).reshape(6, 3, 3)
+    status = zstd_batch.read_boxes(paths, len(frame) + 1, (2, 3, 4), 2, boxes, out)
+    assert status.tolist() == [1, 0, -1, -1, -1, 1]
+    expected = np.zeros_like(out)
+    expected[0:2] = chunk
+    expected[2:3, 0:2, 0:2] = chunk[1:2, 1:3, 2:4]
+    assert_same_array(out, expected)
+    outside = np.array([[0, 0, 0], [3, 0, 0], [2, 3, 4]], np.int64).reshape(1, 3, 3)
+    with pytest.raises(ValueError, match="outside"):
+        zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 2, outside, out)
+    negative = np.array([[0, 0, -1], [0, 0, 0], [1, 1, 1]], np.int64).reshape(1, 3, 3)
+    with pytest.raises(ValueError, match="outside"):
+        zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 2, negative, out)
+    with pytest.raises(ValueError, match="out must"):
+        zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 4, boxes[:1], out)
+
+
+def test_file_paths_check_keys_and_other_stores_refuse(tmp_path: Path) -> None:
+    from cuzarr.errors import StoreError, UnsupportedError
+    from cuzarr.stores.local import LocalChunkStore
+    from cuzarr.stores.memory import MemoryChunkStore
+
+    store = LocalChunkStore(tmp_path)
+    assert store.file_paths(["c/0/1"]) == [str(tmp_path / "c" / "0" / "1").encode()]
+    with pytest.raises(StoreError, match=r"\.\./x"):
+        store.file_paths(["c/0", "../x"])
+    memory = MemoryChunkStore(zarr.storage.MemoryStore())
+    with pytest.raises(UnsupportedError, match="no local files"):
+        memory.file_paths(["c/0"])

@@ -225,3 +225,27 @@ def test_gpu_info_and_cuzarr_info_gpu_report_the_io_mode(capsys):
     assert main(["info", "--gpu"]) == 0
     out = capsys.readouterr().out
     assert "GPU: " in out and ("GPUDirect Storage" in out or "compatibility mode" in out)
+
+
+def test_small_zstd_chunks_go_in_device_waves_not_host_batches(tmp_path, monkeypatch):
+    """Many small zstd chunks of a local folder: the GPU backend declines the CPU's batched
+    host read (it would write device arrays from C) and reads them in waves instead."""
+    from cuzarr.backends.cpu import ZSTD_BATCH
+    from cuzarr.gpu.backend import GpuBackend
+
+    data = np.arange(32 * 32 * 32, dtype="<u2").reshape(32, 32, 32)
+    z = zarr.create_array(
+        zarr.storage.LocalStore(tmp_path / "s"), shape=data.shape, chunks=(4, 4, 4),
+        dtype="<u2", compressors=[zarr.codecs.ZstdCodec()],
+    )
+    z[...] = data
+    a = _gpu(tmp_path / "s")
+    backend = a._engine._ctx.backend
+    assert isinstance(backend, GpuBackend)
+    codec = a._engine._ctx.codec
+    assert not backend.batching(codec, 4 * ZSTD_BATCH, remote=False, op="read").parallel
+    out = cp.zeros(data.shape, data.dtype)
+    keys = ["c/0/0/0", "c/0/0/1"]
+    sels = [((slice(0, 4),) * 3, (slice(0, 4),) * 3)] * 2
+    assert backend.read_batch(a._chunk_store(), codec, keys, sels, out) is None
+    np.testing.assert_array_equal(cp.asnumpy(a[...]), data)

@@ -34,7 +34,7 @@ __all__ = [
 
 LIBRARY = Path(__file__).with_name("libczbatch.so")
 #: The helper's ``cz_abi_version()``: a library built from another source is not used.
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -54,6 +54,11 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.cz_zstd_decompress_many.restype = _I64
     lib.cz_gather.argtypes = [_I64, _P, _P, _P, _P, _P]
     lib.cz_gather.restype = None
+    lib.cz_read_zstd_boxes.argtypes = [
+        _P, _P, _P, _I64, ctypes.c_char_p, _P, _P, _I64, _P, _I64, ctypes.c_int32, _P, _I64, _P,
+        _P, _P, _P,
+    ]
+    lib.cz_read_zstd_boxes.restype = _I64
 
 
 @functools.cache

@@ -10,9 +10,13 @@
  *
  * Built by hatch_build.py when cuzarr is installed (cc -O2 -shared -fPIC).
  */
+#define _POSIX_C_SOURCE 200809L /* open's O_CLOEXEC under -std=c99 */
+#include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 /* int blosc_decompress_ctx(const void *src, void *dest, size_t destsize, int numinternalthreads) */
 typedef int (*cz_decompress_fn)(const void *, void *, size_t, int);
@@ -24,7 +28,7 @@ typedef int (*cz_compress_fn)(int, int, size_t, size_t, const void *, void *, si
                               const char *, size_t, int);
 
 /* The ABI version Python checks before using the library (bump on any signature change). */
-int cz_abi_version(void) { return 6; }
+int cz_abi_version(void) { return 7; }
 
 /*
  * Decompress n frames, frame i starting at src + src_offsets[i], into dest + dest_offsets[i]
@@ -113,4 +117,122 @@ void cz_gather(int64_t n, const uint8_t *src, const int64_t *src_offsets,
     for (int64_t i = 0; i < n; i++) {
         memcpy(dest + dest_offsets[i], src + src_offsets[i], (size_t)lengths[i]);
     }
+}
+
+/* Most dimensions a box copy handles (zarr's arrays have far fewer; NumPy allows 64). */
+#define CZ_MAX_DIMS 64
+
+/*
+ * Copy a box of a C-ordered chunk into an output array: per dimension d, extent[d] elements
+ * from chunk index chunk_start[d] to output index out_start[d]. out points at the output's
+ * element (0, ..., 0); out_strides are its byte strides (any sign). The caller has checked
+ * that the box lies inside both.
+ */
+static void cz_copy_box(const uint8_t *chunk, const int64_t *chunk_shape, int32_t ndim,
+                        int64_t itemsize, const int64_t *chunk_start, const int64_t *out_start,
+                        const int64_t *extent, uint8_t *out, const int64_t *out_strides)
+{
+    int64_t src_strides[CZ_MAX_DIMS];
+    int64_t index[CZ_MAX_DIMS];
+    int64_t step = itemsize;
+    const uint8_t *src = chunk;
+    uint8_t *dst = out;
+    for (int32_t d = ndim - 1; d >= 0; d--) {
+        src_strides[d] = step;
+        step *= chunk_shape[d];
+    }
+    for (int32_t d = 0; d < ndim; d++) {
+        if (extent[d] == 0) {
+            return;
+        }
+        src += chunk_start[d] * src_strides[d];
+        dst += out_start[d] * out_strides[d];
+        index[d] = 0;
+    }
+    const int32_t last = ndim - 1;
+    const int contiguous = out_strides[last] == itemsize;
+    const int64_t run = extent[last] * itemsize;
+    for (;;) {
+        if (contiguous) {
+            memcpy(dst, src, (size_t)run);
+        } else {
+            for (int64_t k = 0; k < extent[last]; k++) {
+                memcpy(dst + k * out_strides[last], src + k * itemsize, (size_t)itemsize);
+            }
+        }
+        /* Next row: the odometer over every dimension but the last. */
+        int32_t d = last - 1;
+        for (; d >= 0; d--) {
+            src += src_strides[d];
+            dst += out_strides[d];
+            if (++index[d] < extent[d]) {
+                break;
+            }
+            src -= extent[d] * src_strides[d];
+            dst -= extent[d] * out_strides[d];
+            index[d] = 0;
+        }
+        if (d < 0) {
+            return;
+        }
+    }
+}
+
+/*
+ * Read, decode and place n small zstd chunks, each a file, in one call (the GIL released
+ * once for every system call, decode and copy of the batch).
+ *
+ * File i is the NUL-terminated path at paths + path_offsets[i]. It is read into stored (cap
+ * bytes, one read call), decoded with the caller's context dctx (ZSTD_createDCtx; one per thread, reused
+ * from batch to batch: making one per batch cost ~5 % of a read of 8 KiB chunks) into chunk
+ * (nbytes: the chunk, C order, chunk_shape of
+ * ndim dimensions, itemsize bytes per element), and the box boxes[i] = (chunk start, out
+ * start, extent), ndim values each, is copied into out (see cz_copy_box). status[i]: 1 placed,
+ * 0 the file does not exist (ENOENT, ENOTDIR: nothing written), -1 not done here (any other
+ * error, a file of cap bytes or more, or one that does not decode to exactly nbytes: the
+ * caller reads it the general way, which names the problem). Returns how many were placed, -1
+ * for arguments it refuses (nothing done).
+ */
+int64_t cz_read_zstd_boxes(void *dctx, cz_zstd_decompress_fn decompress,
+                           cz_zstd_iserror_fn iserror, int64_t n, const char *paths,
+                           const int64_t *path_offsets, uint8_t *stored, int64_t cap,
+                           uint8_t *chunk, int64_t nbytes, int32_t ndim,
+                           const int64_t *chunk_shape, int64_t itemsize, const int64_t *boxes,
+                           uint8_t *out, const int64_t *out_strides, int64_t *status)
+{
+    if (ndim < 1 || ndim > CZ_MAX_DIMS || dctx == NULL) {
+        return -1;
+    }
+    int64_t placed = 0;
+    for (int64_t i = 0; i < n; i++) {
+        status[i] = -1;
+        int fd = open(paths + path_offsets[i], O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == ENOENT || errno == ENOTDIR) {
+                status[i] = 0;
+            }
+            continue;
+        }
+        /* One read, as LocalChunkStore.get_many reads small files: a regular file returns
+         * everything up to cap bytes at once; a file of cap bytes or more is left to the
+         * caller, and a short read of anything else would not decode to the chunk. */
+        ssize_t got;
+        do {
+            got = read(fd, stored, (size_t)cap);
+        } while (got < 0 && errno == EINTR);
+        close(fd);
+        if (got < 0 || got >= cap) {
+            continue;
+        }
+        size_t size = decompress(dctx, chunk, (size_t)nbytes, stored, (size_t)got);
+        if (iserror(size) || (int64_t)size != nbytes) {
+            continue;
+        }
+        const int64_t *box = boxes + i * 3 * (int64_t)ndim;
+        cz_copy_box(chunk, chunk_shape, ndim, itemsize, box, box + ndim, box + 2 * ndim, out,
+                    out_strides);
+        status[i] = 1;
+        placed++;
+    }
+    return placed;
 }

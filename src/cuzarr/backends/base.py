@@ -171,6 +171,24 @@ class Backend(Protocol):
         """
         ...
 
+    def read_batch(
+        self,
+        store: ChunkStore,
+        codec: Codec,
+        keys: Sequence[str],
+        selections: Sequence[tuple[Any, Any]],
+        out: Array,
+    ) -> list[int] | None:
+        """Fetch, decode and place a batch of chunks in one go, if this backend can.
+
+        ``selections`` pairs each key with its ``(chunk_selection, out_selection)``: the
+        decoded chunk's ``chunk_selection`` goes to ``out[out_selection]`` (no dropped axes).
+        Called for batches run in parallel (``Batching.parallel``). Returns per key 1: placed,
+        0: the chunk is missing (nothing written), -1: not done (the loops read it the usual
+        way, which also names what is wrong with it); ``None``: nothing done.
+        """
+        ...
+
     def read_direct(self, store: ChunkStore, key: str, codec: Codec, dest: Array) -> int | None:
         """Read an uncompressed chunk straight into ``dest`` if this backend can.
 

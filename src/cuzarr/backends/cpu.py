@@ -209,6 +209,39 @@ def _grid_decoder(codec: Codec) -> Callable[..., npt.NDArray[np.bool_]] | None:
     return None
 
 
+def _box(chunk_sel: Any, out_sel: Any, ndim: int) -> list[int] | None:
+    """The box two selections of slices describe: chunk starts, out starts, extents.
+
+    ``None`` unless both are ``ndim`` slices of step 1 with explicit bounds and equal extents
+    (bounds against the chunk and the output are checked where the box is used).
+    """
+    if type(chunk_sel) is not tuple or type(out_sel) is not tuple:
+        return None
+    if len(chunk_sel) != ndim or len(out_sel) != ndim:
+        return None
+    starts: list[int] = []
+    out_starts: list[int] = []
+    extents: list[int] = []
+    for c, o in zip(chunk_sel, out_sel, strict=True):
+        if type(c) is not slice or type(o) is not slice:
+            return None
+        c0, c1, o0, o1 = c.start, c.stop, o.start, o.stop
+        if (
+            type(c0) is not int
+            or type(c1) is not int
+            or type(o0) is not int
+            or type(o1) is not int
+            or c.step not in (None, 1)
+            or o.step not in (None, 1)
+            or c1 - c0 != o1 - o0
+        ):
+            return None
+        starts.append(c0)
+        out_starts.append(o0)
+        extents.append(c1 - c0)
+    return starts + out_starts + extents
+
+
 def _small_zstd(codec: Codec) -> bool:
     return codec.zstd_frames and codec.nbytes <= ZSTD_BATCH_MAX_CHUNK
 
@@ -282,6 +315,48 @@ class CpuBackend:
     def fetch(self, store: ChunkStore, keys: Sequence[str], codec: Codec) -> list[Any] | None:
         """Not here: the loops fetch on the host (the CPU's batches run in parallel anyway)."""
         return None
+
+    def read_batch(
+        self,
+        store: ChunkStore,
+        codec: Codec,
+        keys: Sequence[str],
+        selections: Sequence[tuple[Any, Any]],
+        out: Any,
+    ) -> list[int] | None:
+        """Small one-frame zstd chunks of local files: read, decoded and placed from C.
+
+        For local folders (:attr:`~cuzarr.stores.base.StoreCaps.device_reads`), chains that are
+        zstd frames of a C-ordered chunk (the batched decode's chains), a NumPy output of the
+        chain's data type and selections that are boxes (slices of step 1) of the same shape
+        in the chunk and in ``out``. Other selections of the batch get -1.
+        """
+        _codec, small, bound, nbytes = self._zstd_params(codec)
+        if not (
+            small
+            and bound is not None
+            and nbytes > 0
+            and store.caps.device_reads
+            and type(out) is np.ndarray
+            and out.dtype == codec.dtype
+            and out.flags.writeable
+            and zstd_batch.available()
+        ):
+            return None
+        ndim = len(codec.shape)
+        rows = [_box(c, o, ndim) for c, o in selections]
+        take = [i for i, row in enumerate(rows) if row is not None]
+        status = [-1] * len(keys)
+        if not take:
+            return status
+        boxes = np.array([rows[i] for i in take], np.int64).reshape(len(take), 3, ndim)
+        paths = store.file_paths([keys[i] for i in take])
+        done = zstd_batch.read_boxes(
+            paths, bound + 1, codec.shape, codec.dtype.itemsize, boxes, out
+        ).tolist()
+        for i, s in zip(take, done, strict=True):
+            status[i] = s
+        return status
 
     def read_direct(self, store: ChunkStore, key: str, codec: Codec, dest: Any) -> int | None:
         """Uncompressed chunks into a contiguous host destination: one read, no copy."""

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numcodecs.zstd
@@ -24,7 +26,7 @@ import numpy.typing as npt
 from cuzarr import _native
 from cuzarr._native import address, as_offsets, check_buffers, check_runs, symbols
 
-__all__ = ["available", "decode_frames"]
+__all__ = ["available", "decode_frames", "read_boxes"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -103,3 +105,111 @@ def decode_frames(
         raise MemoryError("ZSTD_createDCtx failed")
     ok: npt.NDArray[np.bool_] = status == nbytes
     return ok
+
+
+def read_boxes(
+    paths: Sequence[bytes],
+    cap: int,
+    chunk_shape: tuple[int, ...],
+    itemsize: int,
+    boxes: I64,
+    out: npt.NDArray[np.generic],
+) -> npt.NDArray[np.int64]:
+    """Read the zstd chunks in files ``paths``, decode them and copy a box of each into ``out``.
+
+    One call into C for the batch (open, read, decode and copy of every file with the GIL
+    released). Each file must hold one chunk of ``chunk_shape`` elements of ``itemsize`` bytes
+    (C order) as zstd frames of fewer than ``cap`` bytes.
+
+    Parameters
+    ----------
+    paths : sequence of bytes
+        The files (no NUL bytes), one per chunk.
+    cap : int
+        Room for a stored chunk: a file of ``cap`` bytes or more is left to the caller.
+    chunk_shape : tuple of int
+        The decoded chunk's shape (at least one dimension).
+    itemsize : int
+        Bytes per element; ``out``'s ``dtype`` has this size and the chunk's byte order.
+    boxes : ndarray of int64, shape (len(paths), 3, ndim)
+        Per chunk: where the box starts in the chunk, where in ``out``, and its extent.
+    out : ndarray
+        Writable, ``ndim`` dimensions, any strides.
+
+    Returns
+    -------
+    ndarray of int64
+        Per chunk: 1 placed, 0 the file does not exist (``out`` untouched there), -1 left to
+        the caller (another error, too large, or not exactly one chunk of zstd frames).
+
+    Raises
+    ------
+    ValueError
+        If a box does not lie inside the chunk and ``out`` (the C loop's bounds check), or the
+        arguments disagree.
+    """
+    entry = _entry()
+    assert entry is not None, "read_boxes needs available()"
+    n, ndim = len(paths), len(chunk_shape)
+    if ndim < 1 or out.ndim != ndim or out.dtype.itemsize != itemsize or not out.flags.writeable:
+        raise ValueError("read_boxes: out must be writable with the chunk's dimensions")
+    if boxes.dtype != np.int64 or boxes.shape != (n, 3, ndim):
+        raise ValueError(f"read_boxes: boxes must be int64 of shape ({n}, 3, {ndim})")
+    if cap < 1 or any(b"\0" in p for p in paths):
+        raise ValueError("read_boxes: cap must be >= 1 and paths free of NUL bytes")
+    if not n:
+        return np.zeros(0, np.int64)
+    boxes = np.ascontiguousarray(boxes)
+    starts, out_starts, extents = boxes[:, 0], boxes[:, 1], boxes[:, 2]
+    if (
+        int(boxes.min()) < 0
+        or bool((starts + extents > np.asarray(chunk_shape, np.int64)).any())
+        or bool((out_starts + extents > np.asarray(out.shape, np.int64)).any())
+    ):
+        raise ValueError("read_boxes: a box lies outside its chunk or the output")
+    blob = b"\0".join(paths) + b"\0"
+    offsets = np.zeros(n, np.int64)
+    if n > 1:
+        np.cumsum([len(p) + 1 for p in paths[:-1]], out=offsets[1:])
+    nbytes = itemsize * int(np.prod(chunk_shape))
+    stored = np.empty(cap, np.uint8)
+    chunk = np.empty(nbytes, np.uint8)
+    shape = np.asarray(chunk_shape, np.int64)
+    strides = np.asarray(out.strides, np.int64)
+    status = np.empty(n, np.int64)
+    placed = entry.helper.cz_read_zstd_boxes(
+        _thread_dctx(entry), entry.decompress, entry.is_error, n, blob, address(offsets),
+        address(stored), cap, address(chunk), nbytes, ndim, address(shape), itemsize,
+        address(boxes), int(out.ctypes.data), address(strides), address(status),
+    )
+    if placed < 0:
+        raise ValueError("read_boxes: the helper refused its arguments")
+    return status
+
+
+class _DCtx:
+    """One libzstd decompression context, freed with this object (at its thread's end)."""
+
+    __slots__ = ("_free", "pointer")
+
+    def __init__(self, entry: _Entry) -> None:
+        pointer = ctypes.CFUNCTYPE(ctypes.c_void_p)(entry.create)()
+        if not pointer:
+            raise MemoryError("ZSTD_createDCtx failed")
+        self.pointer: int = pointer
+        self._free = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p)(entry.free)
+
+    def __del__(self) -> None:
+        self._free(self.pointer)
+
+
+_local = threading.local()
+
+
+def _thread_dctx(entry: _Entry) -> int:
+    """The calling thread's decompression context (made on first use, then reused)."""
+    try:
+        ctx: _DCtx = _local.dctx
+    except AttributeError:
+        ctx = _local.dctx = _DCtx(entry)
+    return ctx.pointer

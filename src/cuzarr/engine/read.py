@@ -4,7 +4,9 @@ Chunks (unsharded arrays). Each request's chunk is fetched, decoded and scattere
 grouped as the backend asks (:meth:`~cuzarr.backends.base.Backend.batching`). On the CPU that
 is one chunk per task, many tasks at once: a chunk that maps onto a whole region of the output
 is decoded straight into it (an uncompressed one read straight into it), any other into a
-scratch chunk and copied once. Many small zstd chunks go in batches of 16 (one GIL-free call).
+scratch chunk and copied once. Many small zstd chunks go in batches of 16: from local files,
+read, decoded and copied into the output in one call into C (:meth:`Backend.read_batch`),
+else fetched and decoded in one GIL-free call.
 On the GPU a whole wave is fetched on the I/O threads and decoded in one call.
 
 Shards. Waves of shards bounded by ``max_bytes_in_flight``: phase one fetches, per shard, the
@@ -117,6 +119,27 @@ def read_chunks(
         return None if got is None else got.data
 
     def run(batch: Sequence[int]) -> None:
+        if batching.parallel and not drop_axes:
+            # The backend's own batched read first (on the CPU: read, decode and copy from C).
+            placed = backend.read_batch(
+                store,
+                codec,
+                [requests[i].key for i in batch],
+                [(requests[i].chunk_selection, requests[i].out_selection) for i in batch],
+                out,
+            )
+            if placed is not None:
+                rest: list[int] = []
+                for i, status in zip(batch, placed, strict=True):
+                    if status == 1:
+                        results[i] = True
+                    elif status == 0:
+                        out[requests[i].out_selection] = ctx.fill
+                    else:
+                        rest.append(i)
+                if not rest:
+                    return
+                batch = rest
         if batching.parallel:
             raws = store.get_many([requests[i].key for i in batch], hint)
         else:

@@ -135,6 +135,17 @@ class GpuBackend:
         found = iter(chunks)
         return [None if p is None else next(found) for p in paths]
 
+    def read_batch(
+        self,
+        store: ChunkStore,
+        codec: Codec,
+        keys: Sequence[str],
+        selections: Sequence[tuple[Any, Any]],
+        out: Any,
+    ) -> list[int] | None:
+        """Not here: waves are fetched and decoded in one call (:meth:`fetch`, :meth:`decode`)."""
+        return None
+
     def read_direct(self, store: ChunkStore, key: str, codec: Codec, dest: Any) -> int | None:
         """An uncompressed chunk of a local file straight into ``dest`` with kvikio."""
         if not (

@@ -72,8 +72,9 @@ class StoreCaps:
     listing : bool
         :meth:`ChunkStore.list_dir` and :meth:`ChunkStore.list_sizes` work.
     device_reads : bool
-        Objects are local files (:meth:`ChunkStore.local_file`) that the GPU backend reads
-        straight into device memory with kvikio (GPUDirect Storage where the system has it).
+        Objects are local files (:meth:`ChunkStore.local_file`, :meth:`ChunkStore.file_paths`):
+        the GPU backend reads them straight into device memory with kvikio (GPUDirect Storage
+        where the system has it), the CPU backend reads batches of small chunks from C.
     lock_root : str or None
         A folder for cross-process write locks (local folders), see :mod:`cuzarr.engine.locks`.
     concurrency : int or None
@@ -336,6 +337,19 @@ class ChunkStore(Protocol):
         """
         ...
 
+    def file_paths(self, keys: Sequence[str]) -> list[bytes]:
+        """The file-system paths of the files of ``keys`` (:attr:`StoreCaps.device_reads`).
+
+        Encoded for the file system; whether they exist is not checked (a batched reader opens
+        them itself).
+
+        Raises
+        ------
+        StoreError
+            For a key that is not a valid relative path below the store.
+        """
+        ...
+
     def list_dir(self, prefix: str) -> list[str]:
         """Names directly below ``prefix`` (``""`` or ending in ``/``), sorted."""
         ...
@@ -413,6 +427,10 @@ class BaseChunkStore:
     def local_file(self, key: str) -> str | None:
         """Refused: this store has no :attr:`StoreCaps.device_reads`."""
         raise UnsupportedError(f"{self.name} keeps no local files for device reads")
+
+    def file_paths(self, keys: Sequence[str]) -> list[bytes]:
+        """Refused: this store has no :attr:`StoreCaps.device_reads`."""
+        raise UnsupportedError(f"{self.name} keeps no local files")
 
     def list_dir(self, prefix: str) -> list[str]:
         """Refused unless the store implements listing."""

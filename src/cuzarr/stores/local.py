@@ -375,6 +375,11 @@ class LocalChunkStore(BaseChunkStore):
         finally:
             os.close(fd)
 
+    def file_paths(self, keys: Sequence[str]) -> list[bytes]:
+        """The paths of the files of ``keys`` (checked keys; existence not looked up)."""
+        prefix, name, encode = self._prefix, self.name, os.fsencode
+        return [encode(prefix + check_key(key, name)) for key in keys]
+
     def local_file(self, key: str) -> str | None:
         """The file of ``key``, or ``None`` if it does not exist."""
         path = self._path(key)
