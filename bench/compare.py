@@ -1095,6 +1095,25 @@ def _fmt_target(t: dict[str, Any]) -> str:
     return f"{value} {mark}"
 
 
+def file_system_of(path: Path) -> str | None:
+    """The type of the file system holding ``path`` (Linux ``/proc/mounts``), e.g. ``ext4``."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    real = os.path.realpath(path)
+    best: tuple[int, str] | None = None
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1]
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) > best[0]):
+            best = (len(point), parts[2])
+    return None if best is None else best[1]
+
+
 def _fmt_reporting(before: dict[str, int] | None, during: dict[str, int] | None) -> str:
     """How much freed memory the kernel reported to the host during the run."""
     if before is None or during is None:
@@ -1127,6 +1146,8 @@ def format_markdown(doc: dict[str, Any]) -> str:
         + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
         f"- CPU time stolen by the hypervisor during the run: "
         f"{_fmt_share(doc.get('steal_fraction'))}.",
+        f"- Write workloads wrote below {doc.get('scratch_dir') or 'the temporary folder'} "
+        f"({doc.get('scratch_fs') or 'file system not recorded'}).",
         f"- Free page reporting (freed memory handed back to the VM's host): "
         f"{_fmt_reporting(doc.get('page_reporting_before'), doc.get('page_reporting_during'))}.",
         "- MB/s = decoded bytes of the selection / the median over rounds of each round's time "
@@ -1338,6 +1359,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="keep the generated datasets in DIR and reuse them (default: temporary)",
     )
+    p.add_argument(
+        "--scratch",
+        type=Path,
+        default=None,
+        help="write the write workloads' arrays below DIR (default: the temporary folder); "
+        "a tmpfs such as /dev/shm takes the disk out of the write numbers",
+    )
     p.add_argument("--name", default=None, help="results file name (default: a timestamp)")
     p.add_argument(
         "--out",
@@ -1455,6 +1483,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "rss": not args.no_rss,
             "floor": not args.no_floor,
             "hold_freed_memory": bool(args.hold_freed_memory),
+            "scratch": None if args.scratch is None else str(args.scratch),
         },
         "environment": environment(),
         "thread_controls": THREAD_CONTROLS,
@@ -1465,10 +1494,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cuzarr_stats": {},
     }
     held = interleave.hold_freed_memory() if args.hold_freed_memory else contextlib.nullcontext()
-    with tempfile.TemporaryDirectory(prefix="cuzarr-compare-") as tmp, held:
+    with (
+        tempfile.TemporaryDirectory(prefix="cuzarr-compare-") as tmp,
+        tempfile.TemporaryDirectory(prefix="cuzarr-writes-", dir=args.scratch) as scratch_dir,
+        held,
+    ):
         data_dir = args.data or Path(tmp) / "data"
-        scratch = Path(tmp) / "scratch"
-        scratch.mkdir()
+        scratch = Path(scratch_dir)
+        doc["scratch_dir"] = str(scratch.parent)
+        doc["scratch_fs"] = file_system_of(scratch)
         generate(data_dir, size, args.datasets, _progress)
         engines = list(args.engines) + ([] if args.no_floor else [FLOOR])
         for n in threads:

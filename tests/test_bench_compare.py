@@ -398,3 +398,11 @@ def test_hold_freed_memory_needs_a_writable_setting(
         pass  # pragma: no cover - never entered
     monkeypatch.undo()
     assert (params / "page_reporting_order").read_text() == "9\n"
+
+
+def test_file_system_of_names_the_mount(tmp_path: Path) -> None:
+    if not Path("/proc/mounts").exists():
+        pytest.skip("no /proc/mounts")
+    fs = compare.file_system_of(tmp_path)
+    assert isinstance(fs, str) and fs
+    assert compare.file_system_of(Path("/proc")) == "proc"
