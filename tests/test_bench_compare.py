@@ -335,16 +335,27 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
     assert merged["seconds"] == [1.0, 0.5] and merged["median_seconds"] == 0.75
 
 
-def test_hold_freed_memory_turns_reporting_off_and_restores_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _fake_reporting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, reported_kib: int | None
+) -> Path:
+    """A stand-in for the kernel's page_reporting parameters (order 9), used by interleave."""
     from bench import interleave
 
     params = tmp_path / "parameters"
     params.mkdir()
     (params / "page_reporting_order").write_text("9\n")
-    (params / "reported_kib").write_text("2048\n")
+    if reported_kib is not None:  # the stock kernel has no counter
+        (params / "reported_kib").write_text(f"{reported_kib}\n")
     monkeypatch.setattr(interleave, "PAGE_REPORTING", params)
+    return params
+
+
+def test_hold_freed_memory_turns_reporting_off_and_restores_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench import interleave
+
+    params = _fake_reporting(tmp_path, monkeypatch, reported_kib=2048)
     before = interleave.page_reporting()
     assert before == {"order": 9, "reported_kib": 2048}
     with pytest.raises(RuntimeError, match="inside"), interleave.hold_freed_memory() as old:
@@ -381,10 +392,7 @@ def test_hold_freed_memory_needs_a_writable_setting(
 ) -> None:
     from bench import interleave
 
-    params = tmp_path / "parameters"
-    params.mkdir()
-    (params / "page_reporting_order").write_text("9\n")
-    monkeypatch.setattr(interleave, "PAGE_REPORTING", params)
+    params = _fake_reporting(tmp_path, monkeypatch, reported_kib=None)
     assert interleave.page_reporting() == {"order": 9, "reported_kib": -1}
 
     def refuse(self: Path, *args: Any, **kwargs: Any) -> int:
