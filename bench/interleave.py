@@ -39,9 +39,10 @@ __all__ = [
 
 #: Linux's free page reporting (virtio-balloon): freed guest memory is handed back to the
 #: host, and touching it again costs a host fault per page. Measured on the 2-core machine:
-#: a 256 MiB output first touched 2 s after another process freed memory took 600-900 ms,
-#: against 130-160 ms back to back, so an engine's time depended on how long before it the
-#: machine had freed memory (the engine order) more than on the engine.
+#: reading (g) whole (a 256 MiB output) 2 s after memory was freed took 543-939 ms, against
+#: 107-192 ms back to back (bench/results/round3d-c-batch-read-and-disk.md), so an engine's
+#: time depended on how long before it the machine had freed memory (the engine order) more
+#: than on the engine.
 PAGE_REPORTING = Path("/sys/module/page_reporting/parameters")
 #: Blocks of at least 2^order pages are reported; no free block is that large (x86-64's
 #: largest buddy order is 10), so none is reported.
