@@ -1494,6 +1494,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cuzarr_stats": {},
     }
     held = interleave.hold_freed_memory() if args.hold_freed_memory else contextlib.nullcontext()
+    if args.scratch is not None:
+        args.scratch.mkdir(parents=True, exist_ok=True)  # like --data: made if missing
     with (
         tempfile.TemporaryDirectory(prefix="cuzarr-compare-") as tmp,
         tempfile.TemporaryDirectory(prefix="cuzarr-writes-", dir=args.scratch) as scratch_dir,

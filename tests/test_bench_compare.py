@@ -290,6 +290,8 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
             "--workloads",
             "read_all,write_all",
             "--no-rss",
+            "--scratch",
+            str(tmp_path / "missing" / "scratch"),
             "--name",
             "r",
             "--out",
@@ -304,6 +306,9 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["args"]["rounds"] == 3
+    # --scratch names a folder that did not exist: made, written below, left empty.
+    assert doc["scratch_dir"] == str(tmp_path / "missing" / "scratch")
+    assert list((tmp_path / "missing" / "scratch").iterdir()) == []
     for c in doc["results"]:
         assert c["error"] is None and len(c["seconds"]) == 3
         assert c["best_seconds"] == min(c["seconds"])
