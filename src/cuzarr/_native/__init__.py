@@ -28,13 +28,14 @@ __all__ = [
     "check_runs",
     "gather",
     "helper",
+    "put_files",
     "symbols",
     "unavailable_reason",
 ]
 
 LIBRARY = Path(__file__).with_name("libczbatch.so")
 #: The helper's ``cz_abi_version()``: a library built from another source is not used.
-ABI_VERSION = 7
+ABI_VERSION = 8
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -59,6 +60,11 @@ def _bind(lib: ctypes.CDLL) -> None:
         _P, _P, _P,
     ]
     lib.cz_read_zstd_boxes.restype = _I64
+    lib.cz_put_files.argtypes = [
+        _I64, ctypes.c_char_p, ctypes.c_char_p, _I64, ctypes.c_char_p, _P, ctypes.c_int32, _I64,
+        _P,
+    ]
+    lib.cz_put_files.restype = _I64
 
 
 @functools.cache
@@ -160,3 +166,45 @@ def gather(
     check_runs("gather dest_offsets", dest_offsets, lengths, dest.nbytes)
     so, ln, do = as_offsets(src_offsets, lengths, dest_offsets)
     lib.cz_gather(n, address(src), address(so), address(ln), address(dest), address(do))
+
+
+
+def put_files(
+    paths: Sequence[bytes],
+    buffers: Sequence[npt.NDArray[np.uint8]],
+    *,
+    tag: bytes,
+    first: int,
+    suffix: bytes,
+    exchange: bool,
+    exchange_min: int,
+) -> list[int]:
+    """Write ``buffers[i]`` to a temporary file and move it to ``paths[i]``, all in one call.
+
+    File i's temporary name is ``paths[i] + tag + hex(first + i) + suffix``. See
+    ``cz_put_files`` in ``czbatch.c``: per file, 0 renamed, 1 swapped with the old file (now
+    at the temporary name), 2 renamed because swapping is not supported, a negative errno
+    when nothing was written. ``buffers`` are contiguous 1-d ``uint8`` arrays, kept alive by
+    the caller (the helper must be loaded: :func:`helper`).
+    """
+    lib = helper()
+    assert lib is not None, "put_files needs the batch helper"
+    n = len(paths)
+    if len(buffers) != n:
+        raise ValueError("put_files: paths and buffers must pair up")
+    if not n:
+        return []
+    blob = b"\0".join(paths) + b"\0"
+    if blob.count(0) != n or b"\0" in tag + suffix:
+        raise ValueError("put_files: a name holds a NUL byte")
+    spans: list[int] = []
+    for b in buffers:
+        if not (b.dtype == np.uint8 and b.ndim == 1 and b.flags.c_contiguous):
+            raise ValueError("put_files needs contiguous 1-d uint8 buffers")
+        spans += (b.__array_interface__["data"][0], b.nbytes)
+    status = (ctypes.c_int32 * n)()
+    lib.cz_put_files(
+        n, blob, tag, first, suffix, (ctypes.c_int64 * (2 * n))(*spans), int(exchange),
+        exchange_min, status,
+    )
+    return list(status)

@@ -10,12 +10,15 @@
  *
  * Built by hatch_build.py when cuzarr is installed (cc -O2 -shared -fPIC).
  */
-#define _POSIX_C_SOURCE 200809L /* open's O_CLOEXEC under -std=c99 */
+#define _GNU_SOURCE /* open's O_CLOEXEC and syscall() under -std=c99 */
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* int blosc_decompress_ctx(const void *src, void *dest, size_t destsize, int numinternalthreads) */
@@ -28,7 +31,7 @@ typedef int (*cz_compress_fn)(int, int, size_t, size_t, const void *, void *, si
                               const char *, size_t, int);
 
 /* The ABI version Python checks before using the library (bump on any signature change). */
-int cz_abi_version(void) { return 7; }
+int cz_abi_version(void) { return 8; }
 
 /*
  * Decompress n frames, frame i starting at src + src_offsets[i], into dest + dest_offsets[i]
@@ -235,4 +238,115 @@ int64_t cz_read_zstd_boxes(void *dctx, cz_zstd_decompress_fn decompress,
         placed++;
     }
     return placed;
+}
+
+/* renameat2's flag that swaps two names (Linux 3.15+; <linux/fs.h>). */
+#define CZ_RENAME_EXCHANGE 2
+
+/*
+ * Swap the files at a and b atomically: 0 done, else the errno (ENOSYS where this system has
+ * no renameat2).
+ */
+static int cz_exchange(const char *a, const char *b)
+{
+#ifdef SYS_renameat2
+    if (syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, CZ_RENAME_EXCHANGE) == 0) {
+        return 0;
+    }
+    return errno;
+#else
+    (void)a;
+    (void)b;
+    return ENOSYS;
+#endif
+}
+
+/* Longest temporary name put_files builds (PATH_MAX of Linux). */
+#define CZ_NAME_MAX 4096
+
+/*
+ * Write n files atomically in one call (the GIL released once for the batch's system calls),
+ * as LocalChunkStore.put writes one. paths holds n NUL-terminated paths back to back; file i
+ * gets lengths buffers[2i + 1] bytes from the address buffers[2i]. They are written to a new
+ * file at the temporary name path + tag + (first + i in lowercase hex) + suffix (created
+ * exclusively, mode 0644), which is closed and then moved to the path: swapped with the file
+ * there (renameat2 RENAME_EXCHANGE) when exchange is non-zero, the file has at least
+ * exchange_min bytes and a regular file is there, else renamed over it.
+ *
+ * status[i]: 0 renamed; 1 swapped (the temporary name now holds the old file: the caller
+ * removes it); 2 renamed because this system or file system cannot swap (later files are not
+ * swapped either: the caller stops asking); a negative errno when the file was not written
+ * (no temporary file is left, the old file is untouched: the caller writes that file the
+ * general way, which names the problem). Returns how many failed.
+ */
+int64_t cz_put_files(int64_t n, const char *paths, const char *tag, int64_t first,
+                     const char *suffix, const int64_t *buffers, int32_t exchange,
+                     int64_t exchange_min, int32_t *status)
+{
+    char tmp[CZ_NAME_MAX];
+    int64_t failed = 0;
+    const char *path = paths;
+    for (int64_t i = 0; i < n; i++, path += strlen(path) + 1) {
+        const uint8_t *data = (const uint8_t *)(intptr_t)buffers[2 * i];
+        const int64_t size = buffers[2 * i + 1];
+        int named = snprintf(tmp, sizeof tmp, "%s%s%llx%s", path, tag,
+                             (unsigned long long)(first + i), suffix);
+        if (named < 0 || named >= (int)sizeof tmp) {
+            status[i] = -ENAMETOOLONG;
+            failed++;
+            continue;
+        }
+        int err = 0;
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            status[i] = -errno;
+            failed++;
+            continue;
+        }
+        int64_t pos = 0;
+        while (pos < size) {
+            ssize_t wrote = write(fd, data + pos, (size_t)(size - pos));
+            if (wrote < 0) {
+                if (errno == EINTR) {
+                    continue;
+                }
+                err = errno;
+                break;
+            }
+            pos += wrote;
+        }
+        if (close(fd) != 0 && err == 0 && errno != EINTR) {
+            err = errno;
+        }
+        int done = -1;
+        if (err == 0 && exchange && size >= exchange_min) {
+            struct stat st;
+            if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+                int swap = cz_exchange(tmp, path);
+                if (swap == 0) {
+                    done = 1;
+                } else if (swap == EINVAL || swap == ENOSYS || swap == EOPNOTSUPP) {
+                    exchange = 0;
+                    done = 2;
+                } else if (swap != ENOENT) {
+                    err = swap;
+                }
+            }
+        }
+        if (err == 0 && done != 1) {
+            if (rename(tmp, path) != 0) {
+                err = errno;
+            } else if (done != 2) {
+                done = 0;
+            }
+        }
+        if (err != 0) {
+            unlink(tmp);
+            status[i] = -err;
+            failed++;
+            continue;
+        }
+        status[i] = done;
+    }
+    return failed;
 }

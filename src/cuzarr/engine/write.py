@@ -116,7 +116,29 @@ def write_chunks(
         ]
         return dict(zip(keep, backend.encode(codec, [chunks[i] for i in keep]), strict=True))
 
+    # Stores without conditional puts overwrite whatever was read: local ones take the puts of
+    # a batch in one call (``ChunkStore.put_many``).
+    batch_puts = not store.caps.conditional_put and not store.caps.remote
+
     def put_all(reqs: Sequence[ChunkRequest], blobs: dict[int, Buf], olds: Sequence[Any]) -> None:
+        if batch_puts:
+            for i, r in enumerate(reqs):
+                if i not in blobs:
+                    store.delete(r.key)
+            kept = sorted(blobs)
+            if batching.parallel:
+                store.put_many([reqs[i].key for i in kept], [blobs[i] for i in kept])
+            else:
+                parts = [kept[k::io] for k in range(min(io, len(kept)))]
+                parallel_map(
+                    lambda part: store.put_many(
+                        [reqs[i].key for i in part], [blobs[i] for i in part]
+                    ),
+                    parts,
+                    io,
+                )
+            return
+
         def put(i: int) -> None:
             blob = blobs.get(i)
             if blob is None:

@@ -313,6 +313,16 @@ class ChunkStore(Protocol):
         """
         ...
 
+    def put_many(self, keys: Sequence[str], blobs: Sequence[Buf]) -> None:
+        """Write whole objects one after another in this thread (``PutMode.OVERWRITE``).
+
+        Each atomically, as :meth:`put` writes it. For batches of small objects on stores
+        without conditional puts: local folders write the batch in one call into C. On a
+        failure, the objects before it in the batch may be written, the failed one is not
+        (its old value is kept).
+        """
+        ...
+
     def settle(self) -> None:
         """Wait for what earlier :meth:`put` calls left to background work to finish.
 
@@ -416,6 +426,17 @@ class BaseChunkStore:
         if data.nbytes == out.nbytes:
             out[...] = data
         return int(data.nbytes)
+
+    def put(
+        self, key: str, data: Buf, *, mode: PutMode = PutMode.OVERWRITE, version: str | None = None
+    ) -> None:  # pragma: no cover - every store implements it
+        """See :meth:`ChunkStore.put`."""
+        raise NotImplementedError
+
+    def put_many(self, keys: Sequence[str], blobs: Sequence[Buf]) -> None:
+        """One :meth:`put` per key (``PutMode.OVERWRITE``)."""
+        for key, blob in zip(keys, blobs, strict=True):
+            self.put(key, blob)
 
     def settle(self) -> None:
         """Nothing to wait for: :meth:`ChunkStore.put` finished its work."""

@@ -223,6 +223,16 @@ class CachedChunkStore(BaseChunkStore):
         finally:
             self.cache.discard(key)
 
+    def put_many(self, keys: Sequence[str], blobs: Sequence[Buf]) -> None:
+        """Write through (the inner store's batch); cached objects dropped before and after."""
+        for key in keys:
+            self.cache.discard(key)
+        try:
+            self.inner.put_many(keys, blobs)
+        finally:
+            for key in keys:
+                self.cache.discard(key)
+
     def settle(self) -> None:
         """The inner store's (:meth:`ChunkStore.settle`)."""
         self.inner.settle()

@@ -6,7 +6,6 @@ import contextlib
 import ctypes
 import errno
 import functools
-import itertools
 import os
 import secrets
 import stat
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from cuzarr import _native
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.errors import ReadOnlyError, StoreError
 from cuzarr.stores.base import (
@@ -59,12 +59,25 @@ class _TempNames:
             os.register_at_fork(after_in_child=self._reset)
 
     def _reset(self) -> None:
-        self._token = f"{os.getpid():x}-{secrets.token_hex(6)}"
-        self._count = itertools.count()
+        self._tag = f".{os.getpid():x}-{secrets.token_hex(6)}-"
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def reserve(self, n: int) -> tuple[str, int]:
+        """``(tag, first)``: ``n`` temporary names reserved for the caller.
+
+        They are ``path + tag + hex(first + i) + TEMP_SUFFIX`` for ``i < n`` (what
+        :func:`cuzarr._native.put_files` writes).
+        """
+        with self._lock:
+            first = self._next
+            self._next += n
+        return self._tag, first
 
     def next(self, path: str) -> str:
         """A fresh temporary name beside ``path``."""
-        return f"{path}.{self._token}-{next(self._count):x}{TEMP_SUFFIX}"
+        tag, first = self.reserve(1)
+        return f"{path}{tag}{first:x}{TEMP_SUFFIX}"
 
 
 _temp_names = _TempNames()
@@ -154,6 +167,18 @@ def _unlink(path: str) -> None:
 
 
 _remover = _Remover()
+
+
+def _batch_put() -> Callable[..., list[int]] | None:
+    """:func:`cuzarr._native.put_files` when the batch helper is loaded, else ``None``."""
+    return _native.put_files if _native.helper() is not None else None
+
+
+#: Writes a batch of files in one call into C (:meth:`LocalChunkStore.put_many`); ``None``
+#: without the batch helper. Tests that fail ``os`` calls to fault :meth:`put` set it to
+#: ``None``.
+_put_files = _batch_put()
+_SUFFIX = os.fsencode(TEMP_SUFFIX)
 
 
 def _is_file(path: str) -> bool:
@@ -464,6 +489,59 @@ class LocalChunkStore(BaseChunkStore):
             # Every failure (permissions, full disk, a file where a folder should be) names the
             # key and the store; no temporary file is left behind.
             raise StoreError(f"Failed to write chunk '{key}' in {self.name}: {exc}") from exc
+
+    def put_many(self, keys: Sequence[str], blobs: Sequence[Buf]) -> None:
+        """Write files as :meth:`put` does, the batch in one call into C where it can.
+
+        With the batch helper (:func:`cuzarr._native.put_files`) every file of the batch is
+        created, written and moved in place without the GIL, instead of one handoff of the
+        GIL per system call: the same temporary names, swaps and renames as :meth:`put`.
+        Files in folders that do not exist yet get their folders and one more try; a file
+        the helper still cannot write is written by :meth:`put`, which names what failed.
+        """
+        if _put_files is None or len(keys) < 2:
+            super().put_many(keys, blobs)
+            return
+        paths = [self._path(key) for key in keys]
+        views = [as_u8(b) for b in blobs]
+        views = [v if v.flags.c_contiguous else np.ascontiguousarray(v) for v in views]
+        retry = self._put_files(paths, range(len(paths)), views)
+        # Missing folders: made, and those files written again in one call.
+        missing = [i for i, code in retry if code == -errno.ENOENT]
+        if missing:
+            for folder in {os.path.dirname(paths[i]) for i in missing}:
+                with contextlib.suppress(OSError):  # put() below names what is wrong
+                    os.makedirs(folder, exist_ok=True)
+            retry = [x for x in retry if x[1] != -errno.ENOENT]
+            retry += self._put_files(paths, missing, views)
+        for i, _code in sorted(retry):
+            self.put(keys[i], blobs[i])
+
+    def _put_files(
+        self, paths: Sequence[str], which: Sequence[int], views: Sequence[npt.NDArray[np.uint8]]
+    ) -> list[tuple[int, int]]:
+        """Write the files ``which`` in one call; ``(position, -errno)`` of those not written.
+
+        Hands swapped-out old files to the remover, and stops asking for swaps where the file
+        system refuses them.
+        """
+        assert _put_files is not None
+        tag, first = _temp_names.reserve(len(which))
+        encode = os.fsencode
+        status = _put_files(
+            [encode(paths[i]) for i in which], [views[i] for i in which],
+            tag=encode(tag), first=first, suffix=_SUFFIX, exchange=self._exchange,
+            exchange_min=EXCHANGE_MIN,
+        )
+        failed = []
+        for j, code in enumerate(status):
+            if code == 1:
+                _remover.remove(f"{paths[which[j]]}{tag}{first + j:x}{TEMP_SUFFIX}")
+            elif code == 2:
+                self._exchange = False
+            elif code < 0:
+                failed.append((which[j], code))
+        return failed
 
     def settle(self) -> None:
         """Wait until the old files that :meth:`put` swapped out are removed."""
