@@ -10,6 +10,7 @@ stores use conditional puts instead (see ``stores/obstore_.py``).
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import zlib
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from cuzarr.stores.base import ChunkStore
 
-__all__ = ["file_locks", "object_locks", "write_locks"]
+__all__ = ["file_locks", "object_locks", "slot_of", "write_locks"]
 
 
 @dataclass(slots=True)
@@ -133,9 +134,24 @@ class _Slot:
 _slots: dict[tuple[str, int], _Slot] = {}
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def slot_of(key: str) -> int:
+    """The byte of the lock file that guards ``key``.
+
+    Keys that end in a chunk index (``c/0/1/7``, ``0.1.7``) get the slot of the rest of the
+    key plus that index, so the chunks of one row of the grid lie on consecutive bytes and a
+    batch of them is locked with one system call; other keys a hash of the whole key.
+    """
+    cut = max(key.rfind("/"), key.rfind("."))
+    tail = key[cut + 1 :]
+    if tail.isascii() and tail.isdigit():
+        return (zlib.crc32(key[: cut + 1].encode()) + int(tail)) % _SLOTS
+    return zlib.crc32(key.encode()) % _SLOTS
+
+
 def _slot_entries(root: str, keys: Iterable[str]) -> list[_Slot]:
     """The slots of ``keys`` in ascending order, each once (one table lookup under one lock)."""
-    slots = sorted({zlib.crc32(k.encode()) % _SLOTS for k in keys})
+    slots = sorted({slot_of(k) for k in keys})
     with _fd_lock:
         out = []
         for slot in slots:
@@ -146,40 +162,99 @@ def _slot_entries(root: str, keys: Iterable[str]) -> list[_Slot]:
         return out
 
 
+def _runs(entries: list[_Slot]) -> Iterator[tuple[int, int]]:
+    """``(first slot, length)`` of each run of consecutive slots of sorted ``entries``."""
+    i = 0
+    while i < len(entries):
+        j = i + 1
+        while j < len(entries) and entries[j].slot == entries[j - 1].slot + 1:
+            j += 1
+        yield entries[i].slot, j - i
+        i = j
+
+
+def _take(fd: int, entries: list[_Slot], taken: list[_Slot]) -> None:
+    """Count this thread as a user of every slot of ``entries`` (ascending).
+
+    The bytes of the slots no thread of this process holds are locked, one run of consecutive
+    bytes per call. A slot's thread lock is held while its byte is being locked, and only
+    then: a thread blocked on another process's byte holds no lock that a thread of this
+    process needs to release what it holds (no deadlock). Each slot counted goes to ``taken``.
+    """
+    import fcntl
+
+    i, n = 0, len(entries)
+    while i < n:
+        entry = entries[i]
+        entry.lock.acquire()
+        if entry.users:
+            entry.users += 1
+            entry.lock.release()
+            taken.append(entry)
+            i += 1
+            continue
+        # A run of bytes nobody here holds, extended while the next slot is the next byte.
+        run = [entry]
+        while i + len(run) < n and entries[i + len(run)].slot == run[-1].slot + 1:
+            following = entries[i + len(run)]
+            following.lock.acquire()
+            if following.users:
+                following.lock.release()
+                break
+            run.append(following)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX, len(run), run[0].slot, os.SEEK_SET)
+            for held in run:
+                held.users += 1
+            taken.extend(run)
+        finally:
+            for held in run:
+                held.lock.release()
+        i += len(run)
+
+
+def _give(fd: int, entries: list[_Slot]) -> None:
+    """Undo :func:`_take`: the bytes whose last user this was are unlocked (one call per run)."""
+    import fcntl
+
+    for entry in entries:
+        entry.lock.acquire()
+    try:
+        for entry in entries:
+            entry.users -= 1
+        for start, length in _runs([e for e in entries if e.users == 0]):
+            fcntl.lockf(fd, fcntl.LOCK_UN, length, start, os.SEEK_SET)
+    finally:
+        for entry in entries:
+            entry.lock.release()
+
+
 @contextmanager
 def file_locks(root: str, keys: Iterable[str]) -> Iterator[None]:
     """Hold cross-process locks on ``keys`` of the local store at ``root``.
 
     Each key maps to one byte of a lock file kept outside the store (under the system's
-    temporary folder, or ``$CUZARR_LOCK_DIR``), locked with ``fcntl.lockf``: processes on this
-    machine that rewrite the same chunk or shard serialize. Two keys may share a byte (then
-    they serialize needlessly, never incorrectly). Record locks belong to the process, so a
-    byte is taken when the first thread of the process needs it and released after the last;
-    threads exclude each other through :func:`object_locks`. No-op where ``fcntl`` is missing.
+    temporary folder, or ``$CUZARR_LOCK_DIR``; :func:`slot_of`), locked with ``fcntl.lockf``:
+    processes on this machine that rewrite the same chunk or shard serialize. Two keys may
+    share a byte (then they serialize needlessly, never incorrectly). Record locks belong to
+    the process, so a byte is taken when the first thread of the process needs it and released
+    after the last; threads exclude each other through :func:`object_locks`. Bytes are taken
+    in ascending order, a run of consecutive bytes per system call. No-op where ``fcntl`` is
+    missing.
     """
     try:
-        import fcntl
+        import fcntl  # noqa: F401
     except ImportError:  # pragma: no cover - not POSIX
         yield
         return
     fd = _lock_file(root)
     taken: list[_Slot] = []
     try:
-        for entry in _slot_entries(root, keys):
-            with entry.lock:
-                # Record locks belong to the process: take the byte when the first thread of
-                # this process needs it, release it when the last one is done.
-                if entry.users == 0:
-                    fcntl.lockf(fd, fcntl.LOCK_EX, 1, entry.slot, os.SEEK_SET)
-                entry.users += 1
-            taken.append(entry)
+        _take(fd, _slot_entries(root, keys), taken)
         yield
     finally:
-        for entry in reversed(taken):
-            with entry.lock:
-                entry.users -= 1
-                if entry.users == 0:
-                    fcntl.lockf(fd, fcntl.LOCK_UN, 1, entry.slot, os.SEEK_SET)
+        if taken:
+            _give(fd, taken)
 
 
 @contextmanager
