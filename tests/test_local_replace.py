@@ -32,6 +32,13 @@ def _files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
+@pytest.fixture(autouse=True)
+def _swaps_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about swaps: taken whatever file system the temporary folder is on
+    (by default only where they are faster, ``SWAP_FILE_SYSTEMS``)."""
+    monkeypatch.setattr(local, "swaps_help", lambda path: True)
+
+
 def _spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, bool | None]]:
     calls: list[tuple[str, str, bool | None]] = []
     real = local.exchange
@@ -264,6 +271,7 @@ def test_interpreter_exit_finishes_the_removals(tmp_path: Path) -> None:
             time.sleep(0.02)
             real(path)
         local._unlink = slow
+        local.swaps_help = lambda path: True  # swapped on any file system
         store = local.LocalChunkStore(sys.argv[1])
         for v in range(6):
             store.put("c/0", bytes([v]) * (local.EXCHANGE_MIN + 1))
@@ -319,3 +327,43 @@ def test_a_removal_that_raises_does_not_hang_drain(
     remover.remove(str(kept))
     remover.drain()
     assert not kept.exists()
+
+
+@pytest.mark.parametrize(
+    ("fs_type", "swapped"), [(0xEF53, True), (0x01021994, False), (None, False)]
+)
+def test_swaps_are_taken_only_where_they_are_faster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fs_type: int | None, swapped: bool
+) -> None:
+    """ext4 (swaps measured faster) swaps, tmpfs and an unknown file system rename over; the
+    file system is asked once per store, by its first replacement of a large file."""
+    monkeypatch.undo()  # the real swaps_help
+    asked: list[str] = []
+
+    def fake_type(path: str) -> int | None:
+        asked.append(path)
+        return fs_type
+
+    monkeypatch.setattr(local, "file_system_type", fake_type)
+    calls = _spy(monkeypatch)
+    store = LocalChunkStore(tmp_path)
+    store.put("c/0", _blob(1))  # new: nothing to replace, nothing asked
+    assert asked == []
+    for v in (2, 3):
+        store.put("c/0", _blob(v))
+    store.put_many(["c/0", "c/1"], [_blob(4), _blob(5)])
+    store.put_many(["c/0", "c/1"], [_blob(6), _blob(7)])
+    store.settle()
+    assert len(asked) == 1
+    assert len(calls) == (2 if swapped else 0)  # the single puts (put_many swaps in C)
+    assert _files(tmp_path) == ["c/0", "c/1"]
+    assert (tmp_path / "c" / "0").read_bytes() == _blob(6)
+    assert (tmp_path / "c" / "1").read_bytes() == _blob(7)
+
+
+def test_the_file_system_type_is_read(tmp_path: Path) -> None:
+    got = local.file_system_type(str(tmp_path))
+    if got is None:
+        pytest.skip("no statfs here")
+    assert got > 0
+    assert local.file_system_type(str(tmp_path / "missing")) is None
