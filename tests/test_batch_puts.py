@@ -23,7 +23,7 @@ from zarr.storage import LocalStore
 import cuzarr
 from cuzarr import _native
 from cuzarr.errors import StoreError
-from cuzarr.stores import local
+from cuzarr.stores import local, replace
 from cuzarr.stores.base import BaseChunkStore
 from cuzarr.stores.cached import CachedChunkStore, ObjectCache
 from cuzarr.stores.local import EXCHANGE_MIN, TEMP_SUFFIX, LocalChunkStore
@@ -85,18 +85,18 @@ def test_bytes_memoryviews_and_strided_arrays_are_written_whole(tmp_path: Path) 
 def test_large_replaced_files_are_swapped_and_the_old_ones_removed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(local, "swaps_help", lambda path: True)  # on any file system
+    monkeypatch.setattr(replace, "swaps_help", lambda path: True)  # on any file system
     store = LocalChunkStore(tmp_path)
     big = EXCHANGE_MIN + 10
     store.put_many(["a", "b", "small"], [_blob(1, big), _blob(2, big), _blob(3)])
     removed: list[str] = []
-    real = local._remover.remove
+    real = replace.remover.remove
 
     def spy(path: str) -> None:
         removed.append(path)
         real(path)
 
-    monkeypatch.setattr(local._remover, "remove", spy)
+    monkeypatch.setattr(replace.remover, "remove", spy)
     store.put_many(
         ["a", "b", "small", "new"], [_blob(4, big), _blob(5, big), _blob(6), _blob(7, big)]
     )
@@ -117,7 +117,7 @@ def test_large_replaced_files_are_swapped_and_the_old_ones_removed(
 def test_a_file_system_that_cannot_swap_turns_swaps_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(local, "swaps_help", lambda path: True)
+    monkeypatch.setattr(replace, "swaps_help", lambda path: True)
     store = LocalChunkStore(tmp_path)
     big = EXCHANGE_MIN + 1
     store.put_many(["a", "b"], [_blob(1, big), _blob(2, big)])

@@ -18,7 +18,7 @@ from zarr.storage import LocalStore
 
 import cuzarr
 from cuzarr.errors import StoreError
-from cuzarr.stores import local
+from cuzarr.stores import replace
 from cuzarr.stores.local import EXCHANGE_MIN, TEMP_SUFFIX, LocalChunkStore
 
 BIG = EXCHANGE_MIN + 1000
@@ -36,19 +36,19 @@ def _files(root: Path) -> list[str]:
 def _swaps_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests are about swaps: taken whatever file system the temporary folder is on
     (by default only where they are faster, ``SWAP_FILE_SYSTEMS``)."""
-    monkeypatch.setattr(local, "swaps_help", lambda path: True)
+    monkeypatch.setattr(replace, "swaps_help", lambda path: True)
 
 
 def _spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, bool | None]]:
     calls: list[tuple[str, str, bool | None]] = []
-    real = local.exchange
+    real = replace.exchange
 
     def spy(src: str, dst: str) -> bool | None:
         got = real(src, dst)
         calls.append((src, dst, got))
         return got
 
-    monkeypatch.setattr(local, "exchange", spy)
+    monkeypatch.setattr(replace, "exchange", spy)
     return calls
 
 
@@ -56,7 +56,7 @@ def _needs_exchange(tmp_path: Path) -> None:
     a, b = tmp_path / "probe-a", tmp_path / "probe-b"
     a.write_bytes(b"a")
     b.write_bytes(b"b")
-    if local.exchange(str(a), str(b)) is None:
+    if replace.exchange(str(a), str(b)) is None:
         pytest.skip("this file system cannot exchange files (renameat2)")
     assert a.read_bytes() == b"b" and b.read_bytes() == b"a"
     a.unlink()
@@ -67,7 +67,7 @@ def test_exchange_swaps_and_reports_a_missing_target(tmp_path: Path) -> None:
     _needs_exchange(tmp_path)
     a = tmp_path / "a"
     a.write_bytes(b"new")
-    assert local.exchange(str(a), str(tmp_path / "missing")) is False
+    assert replace.exchange(str(a), str(tmp_path / "missing")) is False
     assert a.read_bytes() == b"new"
 
 
@@ -121,7 +121,7 @@ def test_a_file_system_without_exchange_falls_back_to_rename(
         asked.append(dst)
         return None
 
-    monkeypatch.setattr(local, "exchange", refuse)
+    monkeypatch.setattr(replace, "exchange", refuse)
     store = LocalChunkStore(tmp_path)
     for v in (1, 2, 3):
         store.put("c/0", _blob(v))
@@ -139,7 +139,7 @@ def test_a_failed_exchange_names_the_key_and_keeps_the_old_file(
     def failing(src: str, dst: str) -> bool:
         raise OSError(errno.EIO, "Input/output error", dst)
 
-    monkeypatch.setattr(local, "exchange", failing)
+    monkeypatch.setattr(replace, "exchange", failing)
     with pytest.raises(StoreError, match=r"Failed to write chunk 'c/0'.*Input/output error"):
         store.put("c/0", _blob(2))
     store.settle()
@@ -149,14 +149,14 @@ def test_a_failed_exchange_names_the_key_and_keeps_the_old_file(
 
 def _slow_unlink(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[str]:
     removed: list[str] = []
-    real = local._unlink
+    real = replace.remove_quietly
 
     def slow(path: str) -> None:
         time.sleep(seconds)
         real(path)
         removed.append(path)
 
-    monkeypatch.setattr(local, "_unlink", slow)
+    monkeypatch.setattr(replace, "remove_quietly", slow)
     return removed
 
 
@@ -190,15 +190,15 @@ def test_a_write_returns_only_when_replaced_files_are_removed(
 def test_the_remover_waits_and_pushes_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With 3 files waiting, the writer removes the next itself; drain waits for the rest."""
     where: dict[str, int] = {}
-    real = local._unlink
+    real = replace.remove_quietly
 
     def slow(path: str) -> None:
         time.sleep(0.01)
         where[path] = threading.get_ident()
         real(path)
 
-    monkeypatch.setattr(local, "_unlink", slow)
-    remover = local._Remover()
+    monkeypatch.setattr(replace, "remove_quietly", slow)
+    remover = replace.Remover()
     monkeypatch.setattr(remover, "MAX_PENDING", 3)
     paths = [tmp_path / f"f{i}" for i in range(8)]
     for p in paths:
@@ -265,13 +265,13 @@ def test_interpreter_exit_finishes_the_removals(tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
         import sys, time
-        from cuzarr.stores import local
-        real = local._unlink
+        from cuzarr.stores import local, replace
+        real = replace.remove_quietly
         def slow(path):
             time.sleep(0.02)
             real(path)
-        local._unlink = slow
-        local.swaps_help = lambda path: True  # swapped on any file system
+        replace.remove_quietly = slow
+        replace.swaps_help = lambda path: True  # swapped on any file system
         store = local.LocalChunkStore(sys.argv[1])
         for v in range(6):
             store.put("c/0", bytes([v]) * (local.EXCHANGE_MIN + 1))
@@ -313,15 +313,15 @@ def test_a_removal_that_raises_does_not_hang_drain(
     def broken(path: str) -> None:
         raise RuntimeError("not an OSError")
 
-    monkeypatch.setattr(local, "_unlink", broken)
-    remover = local._Remover()
+    monkeypatch.setattr(replace, "remove_quietly", broken)
+    remover = replace.Remover()
     remover.remove(str(tmp_path / "gone"))
     done = threading.Event()
     waiter = threading.Thread(target=lambda: (remover.drain(), done.set()), daemon=True)
     waiter.start()
     assert done.wait(10), "drain() hung after a removal raised"
     # The remover still works afterwards.
-    monkeypatch.setattr(local, "_unlink", lambda path: os.unlink(path))
+    monkeypatch.setattr(replace, "remove_quietly", lambda path: os.unlink(path))
     kept = tmp_path / "next"
     kept.write_bytes(b"x")
     remover.remove(str(kept))
@@ -344,7 +344,7 @@ def test_swaps_are_taken_only_where_they_are_faster(
         asked.append(path)
         return fs_type
 
-    monkeypatch.setattr(local, "file_system_type", fake_type)
+    monkeypatch.setattr(replace, "file_system_type", fake_type)
     calls = _spy(monkeypatch)
     store = LocalChunkStore(tmp_path)
     store.put("c/0", _blob(1))  # new: nothing to replace, nothing asked
@@ -362,8 +362,8 @@ def test_swaps_are_taken_only_where_they_are_faster(
 
 
 def test_the_file_system_type_is_read(tmp_path: Path) -> None:
-    got = local.file_system_type(str(tmp_path))
+    got = replace.file_system_type(str(tmp_path))
     if got is None:
         pytest.skip("no statfs here")
     assert got > 0
-    assert local.file_system_type(str(tmp_path / "missing")) is None
+    assert replace.file_system_type(str(tmp_path / "missing")) is None

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from cuzarr.stores import local
+from cuzarr.stores import replace
 from cuzarr.stores.local import TEMP_SUFFIX, LocalChunkStore
 
 
 def _child_name(path: str) -> str:
-    return local._temp_names.next(path)
+    return replace.temp_names.next(path)
 
 
 def test_names_are_unique_per_call_and_per_process(tmp_path: Path) -> None:
     path = str(tmp_path / "c" / "0")
-    names = {local._temp_names.next(path) for _ in range(1000)}
+    names = {replace.temp_names.next(path) for _ in range(1000)}
     assert len(names) == 1000
     assert all(n.startswith(path + ".") and n.endswith(TEMP_SUFFIX) for n in names)
     mine = next(iter(names))
@@ -53,7 +53,7 @@ def test_a_leftover_with_the_same_name_does_not_fail_the_write(
     (tmp_path / "c").mkdir()
     leftover = tmp_path / "c" / f"0.old{TEMP_SUFFIX}"
     leftover.write_bytes(b"leftover")
-    monkeypatch.setattr(local, "_temp_names", _Clashing(str(leftover)))
+    monkeypatch.setattr(replace, "temp_names", _Clashing(str(leftover)))
     store.put("c/0", b"new chunk")
     assert (tmp_path / "c" / "0").read_bytes() == b"new chunk"
     assert leftover.read_bytes() == b"leftover"  # not ours: left alone

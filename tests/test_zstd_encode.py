@@ -234,7 +234,13 @@ def test_batching_takes_zstd_chains(tmp_path: Path) -> None:
     n = 2 * ZSTD_BATCH
     assert small.batch_encodes
     assert backend.batching(small, n, remote=True, op="encode") == ZSTD_BATCHES
-    assert backend.batching(small, n - 1, remote=False, op="encode").size == 1
+    # A small write (fewer than two batches' worth) is one batch on one task; its reads and
+    # single chunks stay one per task.
+    assert backend.batching(small, n - 1, remote=False, op="encode") == Batching(n - 1, True)
+    assert backend.batching(light, n - 1, remote=False, op="encode") == Batching(n - 1, True)
+    assert backend.batching(small, 1, remote=False, op="encode").size == 1
+    assert backend.batching(small, n - 1, remote=False, op="decode").size == 1
+    assert backend.batching(blosc, n - 1, remote=False, op="encode").size == 1
     # 512 KiB chunks encode one per task (overlapping compression with writes).
     assert not big.batch_encodes
     assert backend.batching(big, n, remote=False, op="encode").size == 1

@@ -318,8 +318,8 @@ class ChunkStore(Protocol):
 
         Each atomically, as :meth:`put` writes it. For batches of small objects on stores
         without conditional puts: local folders write the batch in one call into C. On a
-        failure, the objects before it in the batch may be written, the failed one is not
-        (its old value is kept).
+        failure, the other objects of the batch may be written, the failed one is not (its
+        old value is kept).
         """
         ...
 

@@ -1,17 +1,10 @@
-"""Local folders: positional reads from worker threads, atomic writes by rename."""
+"""Local folders: positional reads from worker threads, atomic writes (``stores/replace.py``)."""
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
-import functools
 import os
-import secrets
-import stat
-import sys
-import threading
-from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -21,6 +14,7 @@ import numpy.typing as npt
 from cuzarr import _native
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.errors import ReadOnlyError, StoreError
+from cuzarr.stores import replace
 from cuzarr.stores.base import (
     BaseChunkStore,
     BufferPool,
@@ -32,11 +26,10 @@ from cuzarr.stores.base import (
     StoreCaps,
     Suffix,
 )
+from cuzarr.stores.replace import EXCHANGE_MIN, TEMP_SUFFIX
 
-__all__ = ["EXCHANGE_MIN", "TEMP_SUFFIX", "LocalChunkStore", "check_key", "exchange"]
+__all__ = ["EXCHANGE_MIN", "TEMP_SUFFIX", "LocalChunkStore", "check_key"]
 
-#: Suffix of in-progress writes; never a valid chunk key, ignored by ``cuzarr verify``.
-TEMP_SUFFIX = ".partial"
 _BAD_SEGMENTS = frozenset(("", ".", ".."))
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL
@@ -44,135 +37,6 @@ _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL
 _result = GetResult._make
 
 
-class _TempNames:
-    """Names of temporary files, unique across the processes and threads that write a store.
-
-    A random token of the process (drawn again in a forked child) and a counter: no system
-    call per name (``uuid4`` reads the kernel's random source every time, which costs more
-    than writing an 8 KiB chunk when two threads write at once). ``O_EXCL`` refuses a name
-    that exists anyway, and the caller draws again.
-    """
-
-    def __init__(self) -> None:
-        self._reset()
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._reset)
-
-    def _reset(self) -> None:
-        self._tag = f".{os.getpid():x}-{secrets.token_hex(6)}-"
-        self._next = 0
-        self._lock = threading.Lock()
-
-    def reserve(self, n: int) -> tuple[str, int]:
-        """``(tag, first)``: ``n`` temporary names reserved for the caller.
-
-        They are ``path + tag + hex(first + i) + TEMP_SUFFIX`` for ``i < n`` (what
-        :func:`cuzarr._native.put_files` writes).
-        """
-        with self._lock:
-            first = self._next
-            self._next += n
-        return self._tag, first
-
-    def next(self, path: str) -> str:
-        """A fresh temporary name beside ``path``."""
-        tag, first = self.reserve(1)
-        return f"{path}{tag}{first:x}{TEMP_SUFFIX}"
-
-
-_temp_names = _TempNames()
-
-#: Replaced objects of at least this many bytes are swapped in (:func:`exchange`) rather than
-#: renamed over the old file, on the file systems of :data:`SWAP_FILE_SYSTEMS`. On ext4, a
-#: rename over an existing file first allocates and starts writing back the new file's blocks
-#: (the ``auto_da_alloc`` heuristic), on the writing thread: replacing 512 files of 400 kB went
-#: from 812 to 1,120 MB/s; replacing the 512 chunks of 512 KiB of an uncompressed 512^3
-#: ``uint16`` array took 220 ms swapped, 400 ms renamed (2 threads). For files of a few KiB
-#: the swap's extra ``unlink`` costs more than it saves (tmpfs: 271 to 245 MB/s for 6 kB files).
-EXCHANGE_MIN = 64 * 1024
-#: ``statfs`` types of the file systems where replacing files by swaps is faster: ext2/3/4
-#: (one magic number). Elsewhere files are renamed over: on tmpfs the same 512 chunks took
-#: 142 ms renamed, 173 ms swapped (the old file's removal on the remover thread is work, and
-#: a GIL handoff, a rename over does not need there).
-SWAP_FILE_SYSTEMS = frozenset({0xEF53})
-_AT_FDCWD = -100
-_RENAME_EXCHANGE = 2
-#: What ``renameat2`` answers where a system or file system cannot exchange.
-_NO_EXCHANGE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP})
-
-
-class _Remover:
-    """Removes the old files that swaps leave under temporary names, on a background thread.
-
-    Removing a replaced file of a few hundred kB waits on the file system (ext4: ~230 us of
-    wall time, ~70 us of CPU, measured for 300 kB files), time the writing thread can spend on
-    the next chunk. :meth:`drain` waits until every file handed over is gone; the engine calls
-    it (:meth:`LocalChunkStore.settle`) before a write returns, so a finished write leaves no
-    temporary file behind. One thread per process, started on demand, gone after
-    :data:`LINGER` seconds without work; it is not a daemon, so the interpreter's exit
-    finishes the removals. With :data:`MAX_PENDING` files waiting, the writer removes its own.
-    """
-
-    LINGER = 0.05
-    MAX_PENDING = 64
-
-    def __init__(self) -> None:
-        self._reset()
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._reset)
-
-    def _reset(self) -> None:
-        # A forked child starts with nothing pending: the parent removes its own files.
-        self._cond = threading.Condition()
-        self._pending: deque[str] = deque()
-        self._busy = 0  # handed over and not yet removed
-        self._running = False
-
-    def remove(self, path: str) -> None:
-        """Remove ``path`` soon (now, on this thread, when too many are waiting)."""
-        with self._cond:
-            if self._busy < self.MAX_PENDING:
-                self._pending.append(path)
-                self._busy += 1
-                if self._running:
-                    self._cond.notify()
-                else:
-                    self._running = True
-                    threading.Thread(target=self._run, name="cuzarr-remover").start()
-                return
-        _unlink(path)
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if not self._pending:
-                    self._cond.wait(self.LINGER)
-                if not self._pending:
-                    self._running = False
-                    return
-                path = self._pending.popleft()
-            # Whatever the removal raises, the file stays a .partial leftover (as after a kill),
-            # it counts as done and the thread lives on: drain() never waits forever.
-            with contextlib.suppress(Exception):
-                _unlink(path)
-            with self._cond:
-                self._busy -= 1
-                if not self._busy:
-                    self._cond.notify_all()
-
-    def drain(self) -> None:
-        """Wait until every file handed to :meth:`remove` is removed."""
-        with self._cond:
-            while self._busy:
-                self._cond.wait()
-
-
-def _unlink(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-
-
-_remover = _Remover()
 
 
 def _batch_put() -> Callable[..., list[int]] | None:
@@ -185,78 +49,6 @@ def _batch_put() -> Callable[..., list[int]] | None:
 #: ``None``.
 _put_files = _batch_put()
 _SUFFIX = os.fsencode(TEMP_SUFFIX)
-
-
-def _is_file(path: str) -> bool:
-    """Whether ``path`` is a regular file (not missing, a folder or a link): what is swapped."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-@functools.cache
-def _renameat2() -> Callable[..., int] | None:
-    """The C library's ``renameat2`` (Linux, glibc 2.28 or later), or ``None``."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-@functools.cache
-def _statfs() -> Callable[..., int] | None:
-    """The C library's ``statfs`` (Linux), or ``None``."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).statfs
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-def file_system_type(path: str) -> int | None:
-    """The ``statfs`` type (``f_type``) of the file system holding ``path``, or ``None``."""
-    fn = _statfs()
-    if fn is None:
-        return None
-    buf = ctypes.create_string_buffer(512)  # struct statfs: 120 bytes on 64-bit Linux
-    if fn(os.fsencode(path), buf) != 0:
-        return None
-    # f_type is the first field, a C long, on every Linux platform glibc supports.
-    return ctypes.c_long.from_buffer(buf).value
-
-
-def swaps_help(path: str) -> bool:
-    """Whether replaced files below ``path`` are better swapped in (:data:`SWAP_FILE_SYSTEMS`)."""
-    return file_system_type(path) in SWAP_FILE_SYSTEMS
-
-
-def exchange(src: str, dst: str) -> bool | None:
-    """Swap the files ``src`` and ``dst`` atomically (``renameat2`` with ``RENAME_EXCHANGE``).
-
-    Returns ``True`` when they were swapped, ``False`` when ``dst`` does not exist, ``None``
-    when this system or file system cannot swap. Raises the ``OSError`` of any other failure.
-    """
-    fn = _renameat2()
-    if fn is None:
-        return None
-    if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err == errno.ENOENT:
-        return False
-    if err in _NO_EXCHANGE:
-        return None
-    raise OSError(err, os.strerror(err), dst)
 
 
 def check_key(key: str, store: str = "the store") -> str:
@@ -496,7 +288,7 @@ class LocalChunkStore(BaseChunkStore):
         overwrites.
         """
         path = self._path(key)
-        tmp = _temp_names.next(path)
+        tmp = replace.temp_names.next(path)
         view = memoryview(as_u8(data))
         try:
             try:
@@ -505,7 +297,7 @@ class LocalChunkStore(BaseChunkStore):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 fd = os.open(tmp, _CREATE, 0o644)
             except FileExistsError:
-                tmp = _temp_names.next(path)  # a leftover of a process with the same token
+                tmp = replace.temp_names.next(path)  # a leftover of a process with the same token
                 fd = os.open(tmp, _CREATE, 0o644)
             try:
                 pos = 0
@@ -514,19 +306,20 @@ class LocalChunkStore(BaseChunkStore):
             finally:
                 os.close(fd)
             swapped = None
-            if self._exchange is not False and len(view) >= EXCHANGE_MIN and _is_file(path):
+            large = len(view) >= EXCHANGE_MIN
+            if self._exchange is not False and large and replace.is_regular_file(path):
                 if self._exchange is None:
-                    self._exchange = swaps_help(path)
+                    self._exchange = replace.swaps_help(path)
                 if self._exchange:
-                    swapped = exchange(tmp, path)
+                    swapped = replace.exchange(tmp, path)
                     if swapped is None:
                         self._exchange = False
             if swapped:
-                _remover.remove(tmp)  # the temporary name now holds the old file
+                replace.remover.remove(tmp)  # the temporary name now holds the old file
             else:
                 os.replace(tmp, path)
         except OSError as exc:
-            _unlink(tmp)
+            replace.remove_quietly(tmp)
             # Every failure (permissions, full disk, a file where a folder should be) names the
             # key and the store; no temporary file is left behind.
             raise StoreError(f"Failed to write chunk '{key}' in {self.name}: {exc}") from exc
@@ -572,8 +365,8 @@ class LocalChunkStore(BaseChunkStore):
             # Decided on the folder of a file this batch may replace (if it exists yet).
             folder = os.path.dirname(paths[which[0]])
             if os.path.isdir(folder):
-                swaps = self._exchange = swaps_help(folder)
-        tag, first = _temp_names.reserve(len(which))
+                swaps = self._exchange = replace.swaps_help(folder)
+        tag, first = replace.temp_names.reserve(len(which))
         encode = os.fsencode
         status = _put_files(
             [encode(paths[i]) for i in which], [views[i] for i in which],
@@ -583,7 +376,7 @@ class LocalChunkStore(BaseChunkStore):
         failed = []
         for j, code in enumerate(status):
             if code == 1:
-                _remover.remove(f"{paths[which[j]]}{tag}{first + j:x}{TEMP_SUFFIX}")
+                replace.remover.remove(f"{paths[which[j]]}{tag}{first + j:x}{TEMP_SUFFIX}")
             elif code == 2:
                 self._exchange = False
             elif code < 0:
@@ -592,7 +385,7 @@ class LocalChunkStore(BaseChunkStore):
 
     def settle(self) -> None:
         """Wait until the old files that :meth:`put` swapped out are removed."""
-        _remover.drain()
+        replace.remover.drain()
 
     def delete(self, key: str) -> None:
         """Remove a file if it exists."""
