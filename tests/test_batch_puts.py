@@ -58,17 +58,26 @@ def _spy_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_a_batch_writes_every_file_and_makes_missing_folders(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = LocalChunkStore(tmp_path)
+    root = tmp_path / "new" / "store"  # the store's own folder is missing too
+    store = LocalChunkStore(root)
     sizes = _spy_batches(monkeypatch)
     keys = [f"c/{i % 3}/{i}" for i in range(12)] + ["top"]
     store.put_many(keys, [_blob(i) for i in range(len(keys))])
-    # One call for the batch, then one for the files whose folders were missing.
-    assert sizes == [13, 12]
-    assert _files(tmp_path) == {k: bytes(_blob(i)) for i, k in enumerate(keys)}
-    # Now that the folders exist: one call, the old files replaced, no temporary file left.
+    # One call: the helper made the folders on the way.
+    assert sizes == [13]
+    assert _files(root) == {k: bytes(_blob(i)) for i, k in enumerate(keys)}
+    # The old files replaced, no temporary file left.
     store.put_many(keys, [_blob(i + 7, 50) for i in range(len(keys))])
-    assert sizes == [13, 12, 13]
-    assert _files(tmp_path) == {k: bytes(_blob(i + 7, 50)) for i, k in enumerate(keys)}
+    assert sizes == [13, 13]
+    assert _files(root) == {k: bytes(_blob(i + 7, 50)) for i, k in enumerate(keys)}
+
+
+def test_a_file_where_a_folder_should_be_is_named(tmp_path: Path) -> None:
+    store = LocalChunkStore(tmp_path)
+    (tmp_path / "c").write_bytes(b"not a folder")
+    with pytest.raises(StoreError, match=r"Failed to write chunk 'c/0/1'"):
+        store.put_many(["d/0", "c/0/1", "d/1"], [b"a", b"b", b"c"])
+    assert _files(tmp_path) == {"c": b"not a folder", "d/0": b"a", "d/1": b"c"}
 
 
 def test_bytes_memoryviews_and_strided_arrays_are_written_whole(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ typedef int (*cz_compress_fn)(int, int, size_t, size_t, const void *, void *, si
                               const char *, size_t, int);
 
 /* The ABI version Python checks before using the library (bump on any signature change). */
-int cz_abi_version(void) { return 8; }
+int cz_abi_version(void) { return 9; }
 
 /*
  * Decompress n frames, frame i starting at src + src_offsets[i], into dest + dest_offsets[i]
@@ -265,13 +265,51 @@ static int cz_exchange(const char *a, const char *b)
 #define CZ_NAME_MAX 4096
 
 /*
+ * Make the folders above the file at path (as os.makedirs(dirname(path), exist_ok=True), mode
+ * 0777 less the umask): 0 when they exist afterwards, else the errno. name is scratch space of
+ * CZ_NAME_MAX bytes.
+ */
+static int cz_make_parents(const char *path, char *name)
+{
+    size_t len = strlen(path);
+    if (len >= CZ_NAME_MAX) {
+        return ENAMETOOLONG;
+    }
+    memcpy(name, path, len + 1);
+    char *cut = strrchr(name, '/');
+    if (cut == NULL || cut == name) {
+        return 0;
+    }
+    *cut = '\0';
+    if (mkdir(name, 0777) == 0 || errno == EEXIST) {
+        return 0;
+    }
+    if (errno != ENOENT) {
+        return errno;
+    }
+    /* The folder above is missing too: make the chain from the top down. */
+    for (char *p = name + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            int made = mkdir(name, 0777) == 0 || errno == EEXIST;
+            *p = '/';
+            if (!made) {
+                return errno;
+            }
+        }
+    }
+    return (mkdir(name, 0777) == 0 || errno == EEXIST) ? 0 : errno;
+}
+
+/*
  * Write n files atomically in one call (the GIL released once for the batch's system calls),
  * as LocalChunkStore.put writes one. paths holds n NUL-terminated paths back to back; file i
  * gets lengths buffers[2i + 1] bytes from the address buffers[2i]. They are written to a new
  * file at the temporary name path + tag + (first + i in lowercase hex) + suffix (created
  * exclusively, mode 0644), which is closed and then moved to the path: swapped with the file
  * there (renameat2 RENAME_EXCHANGE) when exchange is non-zero, the file has at least
- * exchange_min bytes and a regular file is there, else renamed over it.
+ * exchange_min bytes and a regular file is there, else renamed over it. A folder missing on
+ * the way to a file is made (as os.makedirs does) and the file tried once more.
  *
  * status[i]: 0 renamed; 1 swapped (the temporary name now holds the old file: the caller
  * removes it); 2 renamed because this system or file system cannot swap (later files are not
@@ -298,6 +336,14 @@ int64_t cz_put_files(int64_t n, const char *paths, const char *tag, int64_t firs
         }
         int err = 0;
         int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 && errno == ENOENT) {
+            char folder[CZ_NAME_MAX];
+            if (cz_make_parents(path, folder) == 0) {
+                fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+            } else {
+                errno = ENOENT;
+            }
+        }
         if (fd < 0) {
             status[i] = -errno;
             failed++;

@@ -330,17 +330,18 @@ class LocalChunkStore(BaseChunkStore):
         With the batch helper (:func:`cuzarr._native.put_files`) every file of the batch is
         created, written and moved in place without the GIL, instead of one handoff of the
         GIL per system call: the same temporary names, swaps and renames as :meth:`put`.
-        Files in folders that do not exist yet get their folders and one more try; a file
+        The helper makes the folders missing on the way to a file (as ``os.makedirs``), and
+        files in folders it could not make get one more try from here; a file
         the helper still cannot write is written by :meth:`put`, which names what failed.
         """
-        if _put_files is None or len(keys) < 2:
+        if _put_files is None or not keys:
             super().put_many(keys, blobs)
             return
         paths = [self._path(key) for key in keys]
         views = [as_u8(b) for b in blobs]
         views = [v if v.flags.c_contiguous else np.ascontiguousarray(v) for v in views]
         retry = self._put_files(paths, range(len(paths)), views)
-        # Missing folders: made, and those files written again in one call.
+        # Folders the helper could not make: tried once more from here.
         missing = [i for i, code in retry if code == -errno.ENOENT]
         if missing:
             for folder in {os.path.dirname(paths[i]) for i in missing}:
