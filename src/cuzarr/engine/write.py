@@ -126,17 +126,14 @@ def write_chunks(
                 if i not in blobs:
                     store.delete(r.key)
             kept = sorted(blobs)
-            if batching.parallel:
-                store.put_many([reqs[i].key for i in kept], [blobs[i] for i in kept])
-            else:
-                parts = [kept[k::io] for k in range(min(io, len(kept)))]
-                parallel_map(
-                    lambda part: store.put_many(
-                        [reqs[i].key for i in part], [blobs[i] for i in part]
-                    ),
-                    parts,
-                    io,
-                )
+            # In this task (parallel batches), else spread over the I/O threads.
+            parts = [kept] if batching.parallel else [kept[k::io] for k in range(io)]
+            _each(
+                lambda part: store.put_many([reqs[i].key for i in part], [blobs[i] for i in part]),
+                [part for part in parts if part],
+                batching.parallel,
+                io,
+            )
             return
 
         def put(i: int) -> None:

@@ -35,19 +35,12 @@ _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL
 #: ``GetResult`` from a tuple without the Python-level ``__new__`` (small reads are hot).
 _result = GetResult._make
-
-
-
-
-def _batch_put() -> Callable[..., list[int]] | None:
-    """:func:`cuzarr._native.put_files` when the batch helper is loaded, else ``None``."""
-    return _native.put_files if _native.helper() is not None else None
-
-
-#: Writes a batch of files in one call into C (:meth:`LocalChunkStore.put_many`); ``None``
-#: without the batch helper. Tests that fail ``os`` calls to fault :meth:`put` set it to
-#: ``None``.
-_put_files = _batch_put()
+#: Writes a batch of files in one call into C (:meth:`LocalChunkStore.put_many`,
+#: :func:`cuzarr._native.put_files`); ``None`` without the batch helper. Tests that fail ``os``
+#: calls to fault :meth:`put` set it to ``None``.
+_put_files: Callable[..., list[int]] | None = (
+    _native.put_files if _native.helper() is not None else None
+)
 _SUFFIX = os.fsencode(TEMP_SUFFIX)
 
 
@@ -307,13 +300,15 @@ class LocalChunkStore(BaseChunkStore):
                 os.close(fd)
             swapped = None
             large = len(view) >= EXCHANGE_MIN
-            if self._exchange is not False and large and replace.is_regular_file(path):
-                if self._exchange is None:
-                    self._exchange = replace.swaps_help(path)
-                if self._exchange:
-                    swapped = replace.exchange(tmp, path)
-                    if swapped is None:
-                        self._exchange = False
+            if (
+                self._exchange is not False
+                and large
+                and replace.is_regular_file(path)
+                and self._swaps(path)
+            ):
+                swapped = replace.exchange(tmp, path)
+                if swapped is None:
+                    self._exchange = False
             if swapped:
                 replace.remover.remove(tmp)  # the temporary name now holds the old file
             else:
@@ -352,6 +347,16 @@ class LocalChunkStore(BaseChunkStore):
         for i, _code in sorted(retry):
             self.put(keys[i], blobs[i])
 
+    def _swaps(self, probe: str) -> bool:
+        """Whether this store swaps replaced files in.
+
+        Decided on the first ask from the file system of ``probe`` (an existing path in the
+        store, :func:`~cuzarr.stores.replace.swaps_help`).
+        """
+        if self._exchange is None:
+            self._exchange = replace.swaps_help(probe)
+        return self._exchange
+
     def _put_files(
         self, paths: Sequence[str], which: Sequence[int], views: Sequence[npt.NDArray[np.uint8]]
     ) -> list[tuple[int, int]]:
@@ -366,7 +371,7 @@ class LocalChunkStore(BaseChunkStore):
             # Decided on the folder of a file this batch may replace (if it exists yet).
             folder = os.path.dirname(paths[which[0]])
             if os.path.isdir(folder):
-                swaps = self._exchange = replace.swaps_help(folder)
+                swaps = self._swaps(folder)
         tag, first = replace.temp_names.reserve(len(which))
         encode = os.fsencode
         status = _put_files(

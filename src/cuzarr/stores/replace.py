@@ -20,6 +20,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 __all__ = [
     "EXCHANGE_MIN",
@@ -180,32 +181,30 @@ def is_regular_file(path: str) -> bool:
         return False
 
 
-@functools.cache
-def _renameat2() -> Callable[..., int] | None:
-    """The C library's ``renameat2`` (Linux, glibc 2.28 or later), or ``None``."""
+def _libc(name: str, argtypes: list[Any]) -> Callable[..., int] | None:
+    """The C library's function ``name`` returning ``int`` (Linux), or ``None`` where missing."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        fn = ctypes.CDLL(None, use_errno=True).renameat2
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.argtypes = argtypes
     fn.restype = ctypes.c_int
-    return fn
+    return fn  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """The C library's ``renameat2`` (Linux, glibc 2.28 or later), or ``None``."""
+    c = ctypes
+    return _libc("renameat2", [c.c_int, c.c_char_p, c.c_int, c.c_char_p, c.c_uint])
 
 
 @functools.cache
 def _statfs() -> Callable[..., int] | None:
     """The C library's ``statfs`` (Linux), or ``None``."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).statfs
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
-    fn.restype = ctypes.c_int
-    return fn
+    return _libc("statfs", [ctypes.c_char_p, ctypes.c_void_p])
 
 
 def file_system_type(path: str) -> int | None:
