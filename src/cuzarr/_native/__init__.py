@@ -168,7 +168,6 @@ def gather(
     lib.cz_gather(n, address(src), address(so), address(ln), address(dest), address(do))
 
 
-
 def put_files(
     paths: Sequence[bytes],
     buffers: Sequence[npt.NDArray[np.uint8]],
@@ -201,7 +200,7 @@ def put_files(
     for b in buffers:
         if not (b.dtype == np.uint8 and b.ndim == 1 and b.flags.c_contiguous):
             raise ValueError("put_files needs contiguous 1-d uint8 buffers")
-        spans += (b.__array_interface__["data"][0], b.nbytes)
+        spans += (address(b), b.nbytes)
     status = (ctypes.c_int32 * n)()
     lib.cz_put_files(
         n, blob, tag, first, suffix, (ctypes.c_int64 * (2 * n))(*spans), int(exchange),
