@@ -260,8 +260,9 @@ def test_local_disk_failure_mid_write(
         # one thread: chunks are written in order, so exactly nth - 1 land before the fault
         arr = zarr.open_array(LocalStore(root), path="arr")
         # Faults are injected into the os calls of LocalChunkStore.put: the batch helper, which
-        # writes in C, is off here (its faults: tests/test_batch_puts.py).
+        # writes in C, is off here (its faults: tests/test_batch_puts.py, test_box_writes.py).
         m.setattr(local_mod, "_put_files", None)
+        m.setattr(local_mod, "_put_boxes", None)
         if fail == "write":
             m.setattr(local_mod.os, "write", failing_write)
         else:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +24,15 @@ import numpy.typing as npt
 __all__ = [
     "ABI_VERSION",
     "LIBRARY",
+    "NOT_ENCODED",
+    "Compressor",
     "address",
     "as_offsets",
     "check_buffers",
     "check_runs",
     "gather",
     "helper",
+    "put_boxes",
     "put_files",
     "symbols",
     "unavailable_reason",
@@ -35,7 +40,7 @@ __all__ = [
 
 LIBRARY = Path(__file__).with_name("libczbatch.so")
 #: The helper's ``cz_abi_version()``: a library built from another source is not used.
-ABI_VERSION = 9
+ABI_VERSION = 10
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -65,6 +70,11 @@ def _bind(lib: ctypes.CDLL) -> None:
         _P,
     ]
     lib.cz_put_files.restype = _I64
+    lib.cz_put_boxes.argtypes = [
+        _I64, ctypes.c_char_p, ctypes.c_char_p, _I64, ctypes.c_char_p, _P, _I32, _P, _P, _I64,
+        _P, _I32, _I32, _I64, ctypes.c_char_p, _I64, _P, _I64, _P, _I64, _I32, _I64, _P,
+    ]
+    lib.cz_put_boxes.restype = _I64
 
 
 @functools.cache
@@ -207,3 +217,114 @@ def put_files(
         exchange_min, status,
     )
     return list(status)
+
+
+#: ``put_boxes`` status of a box the compressor refused (nothing written).
+NOT_ENCODED = -(1 << 20)
+
+#: Scratch buffers up to this size are kept per thread between calls of :func:`put_boxes`.
+_KEEP_SCRATCH = 16 << 20
+
+
+class _Scratch(threading.local):
+    """Per thread: the scratch buffers of the last :func:`put_boxes` call (box, frame)."""
+
+    def __init__(self) -> None:
+        self.buffers: tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]] | None = None
+
+
+_scratch = _Scratch()
+
+
+@dataclass(frozen=True, slots=True)
+class Compressor:
+    """c-blosc's ``blosc_compress_ctx`` and its arguments, as :func:`put_boxes` calls it.
+
+    Attributes
+    ----------
+    function : int
+        The address of ``blosc_compress_ctx`` (numcodecs' c-blosc).
+    clevel, shuffle, typesize, blocksize : int
+        Its compression level, shuffle (0 none, 1 byte, 2 bit), element size and block size.
+    cname : bytes
+        Its compressor name (``b"lz4"``, ...).
+    """
+
+    function: int
+    clevel: int
+    shuffle: int
+    typesize: int
+    cname: bytes
+    blocksize: int
+
+
+def _buffers(nbytes: int, packed: bool) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
+    """Scratch of this thread for a box of ``nbytes`` and (``packed``) its compressed frame."""
+    want = nbytes + 16 if packed else 0
+    held = _scratch.buffers
+    if held is not None and held[0].nbytes >= nbytes and held[1].nbytes >= want:
+        return held
+    pair = (np.empty(max(nbytes, 1), np.uint8), np.empty(max(want, 1), np.uint8))
+    if nbytes <= _KEEP_SCRATCH:
+        _scratch.buffers = pair
+    return pair
+
+
+def put_boxes(
+    paths: Sequence[bytes],
+    array: npt.NDArray[Any],
+    starts: Sequence[Sequence[int]],
+    extent: Sequence[int],
+    compressor: Compressor | None,
+    *,
+    tag: bytes,
+    first: int,
+    suffix: bytes,
+    exchange: bool,
+    exchange_min: int,
+) -> list[int]:
+    """Encode the boxes ``array[starts[i] : starts[i] + extent]`` and write each to ``paths[i]``.
+
+    One call into C for the batch (``cz_put_boxes`` in ``czbatch.c``): per box, its elements
+    in C order (copied into a scratch buffer unless the box is contiguous in ``array``),
+    compressed by ``compressor`` (``None``: stored as they are), written to a temporary file
+    and moved in place exactly as :func:`put_files` does (the same names and status values;
+    :data:`NOT_ENCODED` for a box the compressor refused). The helper must be loaded
+    (:func:`helper`).
+
+    Raises
+    ------
+    ValueError
+        A box outside ``array``, an ``array`` of object dtype, or paths and starts that do
+        not pair up (nothing written).
+    """
+    lib = helper()
+    assert lib is not None, "put_boxes needs the batch helper"
+    n = len(paths)
+    ndim = array.ndim
+    if len(starts) != n or len(extent) != ndim or ndim < 1 or array.dtype.hasobject:
+        raise ValueError("put_boxes: one start per path, an extent per axis, no object dtype")
+    if not n:
+        return []
+    box = np.asarray(extent, np.int64)
+    at = np.asarray(starts, np.int64).reshape(n, ndim)
+    if (at < 0).any() or (at + box > np.asarray(array.shape, np.int64)).any():
+        raise ValueError(f"put_boxes: a box of extent {tuple(extent)} lies outside {array.shape}")
+    strides = np.asarray(array.strides, np.int64)
+    sources = np.ascontiguousarray((at * strides).sum(axis=1) + address(array), np.int64)
+    blob = b"\0".join(paths) + b"\0"
+    if blob.count(0) != n or b"\0" in tag + suffix:
+        raise ValueError("put_boxes: a name holds a NUL byte")
+    nbytes = int(box.prod()) * array.itemsize
+    scratch, packed = _buffers(nbytes, compressor is not None)
+    c = compressor or Compressor(0, 0, 0, 1, b"", 0)
+    status = np.empty(n, np.int32)
+    done = lib.cz_put_boxes(
+        n, blob, tag, first, suffix, address(sources), ndim, address(box), address(strides),
+        array.itemsize, c.function or None, c.clevel, c.shuffle, c.typesize, c.cname,
+        c.blocksize, address(scratch), scratch.nbytes, address(packed), packed.nbytes,
+        int(exchange), exchange_min, address(status),
+    )
+    if done < 0:
+        raise ValueError("put_boxes: the helper refused its arguments")
+    return status.tolist()

@@ -31,7 +31,7 @@ typedef int (*cz_compress_fn)(int, int, size_t, size_t, const void *, void *, si
                               const char *, size_t, int);
 
 /* The ABI version Python checks before using the library (bump on any signature change). */
-int cz_abi_version(void) { return 9; }
+int cz_abi_version(void) { return 10; }
 
 /*
  * Decompress n frames, frame i starting at src + src_offsets[i], into dest + dest_offsets[i]
@@ -317,6 +317,79 @@ static int cz_make_parents(const char *path, char *name)
  * (no temporary file is left, the old file is untouched: the caller writes that file the
  * general way, which names the problem). Returns how many failed.
  */
+/*
+ * Write size bytes from data to a new file at tmp and move it to path (see cz_put_files, whose
+ * status values it returns; *exchange is cleared where swaps are refused).
+ */
+static int32_t cz_put_one(const char *path, const char *tmp, const uint8_t *data, int64_t size,
+                          int32_t *exchange, int64_t exchange_min)
+{
+    int err = 0;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == ENOENT) {
+        char folder[CZ_NAME_MAX];
+        if (cz_make_parents(path, folder) == 0) {
+            fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        } else {
+            errno = ENOENT;
+        }
+    }
+    if (fd < 0) {
+        return -errno;
+    }
+    int64_t pos = 0;
+    while (pos < size) {
+        ssize_t wrote = write(fd, data + pos, (size_t)(size - pos));
+        if (wrote < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            err = errno;
+            break;
+        }
+        pos += wrote;
+    }
+    if (close(fd) != 0 && err == 0 && errno != EINTR) {
+        err = errno;
+    }
+    int32_t done = -1;
+    if (err == 0 && *exchange && size >= exchange_min) {
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            int swap = cz_exchange(tmp, path);
+            if (swap == 0) {
+                done = 1;
+            } else if (swap == EINVAL || swap == ENOSYS || swap == EOPNOTSUPP) {
+                *exchange = 0;
+                done = 2;
+            } else if (swap != ENOENT) {
+                err = swap;
+            }
+        }
+    }
+    if (err == 0 && done != 1) {
+        if (rename(tmp, path) != 0) {
+            err = errno;
+        } else if (done != 2) {
+            done = 0;
+        }
+    }
+    if (err != 0) {
+        unlink(tmp);
+        return -err;
+    }
+    return done;
+}
+
+/* The temporary name of file i (see cz_put_files): 0, or -ENAMETOOLONG. */
+static int cz_temp_name(char *tmp, const char *path, const char *tag, int64_t number,
+                        const char *suffix)
+{
+    int named = snprintf(tmp, CZ_NAME_MAX, "%s%s%llx%s", path, tag, (unsigned long long)number,
+                         suffix);
+    return (named < 0 || named >= CZ_NAME_MAX) ? -ENAMETOOLONG : 0;
+}
+
 int64_t cz_put_files(int64_t n, const char *paths, const char *tag, int64_t first,
                      const char *suffix, const int64_t *buffers, int32_t exchange,
                      int64_t exchange_min, int32_t *status)
@@ -326,73 +399,128 @@ int64_t cz_put_files(int64_t n, const char *paths, const char *tag, int64_t firs
     const char *path = paths;
     for (int64_t i = 0; i < n; i++, path += strlen(path) + 1) {
         const uint8_t *data = (const uint8_t *)(intptr_t)buffers[2 * i];
-        const int64_t size = buffers[2 * i + 1];
-        int named = snprintf(tmp, sizeof tmp, "%s%s%llx%s", path, tag,
-                             (unsigned long long)(first + i), suffix);
-        if (named < 0 || named >= (int)sizeof tmp) {
-            status[i] = -ENAMETOOLONG;
-            failed++;
-            continue;
+        int32_t r = cz_temp_name(tmp, path, tag, first + i, suffix);
+        if (r == 0) {
+            r = cz_put_one(path, tmp, data, buffers[2 * i + 1], &exchange, exchange_min);
         }
-        int err = 0;
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd < 0 && errno == ENOENT) {
-            char folder[CZ_NAME_MAX];
-            if (cz_make_parents(path, folder) == 0) {
-                fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-            } else {
-                errno = ENOENT;
+        status[i] = r;
+        failed += r < 0;
+    }
+    return failed;
+}
+
+/*
+ * Copy a box of extent[0] x ... x extent[ndim - 1] elements of itemsize bytes, element
+ * (0, ..., 0) at src and byte strides src_strides (any sign, 0 for broadcast axes), into dst in
+ * C order.
+ */
+static void cz_gather_box(const uint8_t *src, const int64_t *src_strides, int32_t ndim,
+                          int64_t itemsize, const int64_t *extent, uint8_t *dst)
+{
+    int64_t index[CZ_MAX_DIMS];
+    for (int32_t d = 0; d < ndim; d++) {
+        if (extent[d] == 0) {
+            return;
+        }
+        index[d] = 0;
+    }
+    const int32_t last = ndim - 1;
+    const int contiguous = src_strides[last] == itemsize;
+    const int64_t run = extent[last] * itemsize;
+    for (;;) {
+        if (contiguous) {
+            memcpy(dst, src, (size_t)run);
+        } else {
+            for (int64_t k = 0; k < extent[last]; k++) {
+                memcpy(dst + k * itemsize, src + k * src_strides[last], (size_t)itemsize);
             }
         }
-        if (fd < 0) {
-            status[i] = -errno;
-            failed++;
-            continue;
-        }
-        int64_t pos = 0;
-        while (pos < size) {
-            ssize_t wrote = write(fd, data + pos, (size_t)(size - pos));
-            if (wrote < 0) {
-                if (errno == EINTR) {
-                    continue;
-                }
-                err = errno;
+        dst += run;
+        int32_t d = last - 1;
+        for (; d >= 0; d--) {
+            src += src_strides[d];
+            if (++index[d] < extent[d]) {
                 break;
             }
-            pos += wrote;
+            src -= extent[d] * src_strides[d];
+            index[d] = 0;
         }
-        if (close(fd) != 0 && err == 0 && errno != EINTR) {
-            err = errno;
+        if (d < 0) {
+            return;
         }
-        int done = -1;
-        if (err == 0 && exchange && size >= exchange_min) {
-            struct stat st;
-            if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-                int swap = cz_exchange(tmp, path);
-                if (swap == 0) {
-                    done = 1;
-                } else if (swap == EINVAL || swap == ENOSYS || swap == EOPNOTSUPP) {
-                    exchange = 0;
-                    done = 2;
-                } else if (swap != ENOENT) {
-                    err = swap;
-                }
+    }
+}
+
+/* status of cz_put_boxes for a box the compressor refused (nothing written). */
+#define CZ_NOT_ENCODED (-(1 << 20))
+
+/*
+ * Encode n boxes of an array and write each to its file atomically, in one call: per box, a
+ * copy into C order (cz_gather_box: the box's first element at the address sources[i], extent
+ * and byte strides shared by every box), then c-blosc's blosc_compress_ctx (compress, with
+ * clevel, doshuffle, typesize, cname, blocksize; NULL: the C-order bytes are stored as they
+ * are), then the write and move of cz_put_files (same temporary names, same status values).
+ * scratch has room for the box (nbytes = itemsize x the extent's elements); packed for
+ * nbytes + 16 bytes (c-blosc's largest frame) when compress is not NULL. A box the compressor
+ * refuses gets status CZ_NOT_ENCODED: the caller encodes it the general way, which names the
+ * problem. Returns how many were not written, -1 for arguments it refuses (nothing done).
+ */
+int64_t cz_put_boxes(int64_t n, const char *paths, const char *tag, int64_t first,
+                     const char *suffix, const int64_t *sources, int32_t ndim,
+                     const int64_t *extent, const int64_t *src_strides, int64_t itemsize,
+                     cz_compress_fn compress, int32_t clevel, int32_t doshuffle,
+                     int64_t typesize, const char *cname, int64_t blocksize, uint8_t *scratch,
+                     int64_t scratch_size, uint8_t *packed, int64_t packed_size,
+                     int32_t exchange, int64_t exchange_min, int32_t *status)
+{
+    if (ndim < 1 || ndim > CZ_MAX_DIMS || itemsize < 1) {
+        return -1;
+    }
+    int64_t nbytes = itemsize;
+    int c_order = 1; /* the source box is one contiguous run (no copy needed) */
+    for (int32_t d = ndim - 1; d >= 0; d--) {
+        if (extent[d] < 0) {
+            return -1;
+        }
+        if (extent[d] > 1 && src_strides[d] != nbytes) {
+            c_order = 0;
+        }
+        nbytes *= extent[d];
+    }
+    if (scratch_size < nbytes || (compress != NULL && packed_size < nbytes + 16)) {
+        return -1;
+    }
+    char tmp[CZ_NAME_MAX];
+    int64_t failed = 0;
+    const char *path = paths;
+    for (int64_t i = 0; i < n; i++, path += strlen(path) + 1) {
+        const uint8_t *src = (const uint8_t *)(intptr_t)sources[i];
+        const uint8_t *data = src;
+        int64_t size = nbytes;
+        if (!c_order) {
+            cz_gather_box(src, src_strides, ndim, itemsize, extent, scratch);
+            data = scratch;
+        }
+        if (compress != NULL) {
+            /* Room for exactly nbytes + 16, as numcodecs gives it: c-blosc stores a block
+             * as it is where its compressed form would not fit, so more room would change
+             * the frame. */
+            int got = compress(clevel, doshuffle, (size_t)typesize, (size_t)nbytes, data, packed,
+                               (size_t)(nbytes + 16), cname, (size_t)blocksize, 1);
+            if (got <= 0) {
+                status[i] = CZ_NOT_ENCODED;
+                failed++;
+                continue;
             }
+            data = packed;
+            size = got;
         }
-        if (err == 0 && done != 1) {
-            if (rename(tmp, path) != 0) {
-                err = errno;
-            } else if (done != 2) {
-                done = 0;
-            }
+        int32_t r = cz_temp_name(tmp, path, tag, first + i, suffix);
+        if (r == 0) {
+            r = cz_put_one(path, tmp, data, size, &exchange, exchange_min);
         }
-        if (err != 0) {
-            unlink(tmp);
-            status[i] = -err;
-            failed++;
-            continue;
-        }
-        status[i] = done;
+        status[i] = r;
+        failed += r < 0;
     }
     return failed;
 }

@@ -27,7 +27,14 @@ import numpy.typing as npt
 from cuzarr import _native
 from cuzarr._native import address, as_offsets, check_buffers, check_runs, symbols
 
-__all__ = ["BLOSC_OVERHEAD", "BloscParams", "available", "decode_frames", "encode_rows"]
+__all__ = [
+    "BLOSC_OVERHEAD",
+    "BloscParams",
+    "available",
+    "compressor",
+    "decode_frames",
+    "encode_rows",
+]
 
 #: Bytes c-blosc may add to an input (its header): the room each compressed row gets.
 BLOSC_OVERHEAD = 16
@@ -103,6 +110,20 @@ class BloscParams:
             int(typesize),
             int(codec.blocksize),
         )
+
+
+def compressor(params: BloscParams) -> _native.Compressor | None:
+    """c-blosc's encoder with ``params``, for :func:`cuzarr._native.put_boxes` (``None``: not here).
+
+    It writes numcodecs' frames byte for byte, as :func:`encode_rows` does.
+    """
+    entry = _entry()
+    if entry is None:
+        return None
+    return _native.Compressor(
+        entry.compress, params.clevel, params.shuffle, params.typesize, params.cname,
+        params.blocksize,
+    )
 
 
 def decode_frames(

@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cuzarr.backends.base import DecodeItem, EncodedGrid
+from cuzarr.backends.base import EACH, DecodeItem, EncodedGrid
 from cuzarr.backends.cpu import parallel_map
 from cuzarr.codecs.base import Buf
 from cuzarr.codecs.sharding.format import InnerSources
+from cuzarr.engine.box_writes import box_batching, box_plan, put_whole
 from cuzarr.engine.context import ArrayContext, run_batches, waves
 from cuzarr.engine.locks import write_locks
 from cuzarr.engine.requests import ChunkRequest
@@ -147,9 +148,19 @@ def write_chunks(
 
         _each(put, range(len(reqs)), batching.parallel, io)
 
+    boxes = box_plan(ctx, store, value)
+    if boxes is not None and batching == EACH and all(
+        _whole_chunk(ctx, r, value) for r in requests
+    ):
+        batching = box_batching(len(requests), io)
+
     def run(batch: Sequence[ChunkRequest]) -> None:
         whole = [r for r in batch if _whole_chunk(ctx, r, value)]
         rest = [r for r in batch if not _whole_chunk(ctx, r, value)]
+        if whole and boxes is not None:
+            # Encoded and stored from the value in one call into C (what it leaves: below).
+            with write_locks(store, [r.key for r in whole]):
+                whole = put_whole(ctx, store, boxes, whole, value, write_empty_chunks)
         if whole:
             # Nothing to read: encode outside the lock, store under it.
             blobs = encode_kept([value[r.out_selection] for r in whole])

@@ -16,10 +16,11 @@ there first. No state is handed from one call to the next.
 from __future__ import annotations
 
 import enum
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -27,8 +28,12 @@ import numpy.typing as npt
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.errors import StaleObjectError, UnsupportedError
 
+if TYPE_CHECKING:
+    from cuzarr._native import Compressor
+
 __all__ = [
     "BaseChunkStore",
+    "BoxBatch",
     "BufferPool",
     "ChunkStore",
     "Coalescing",
@@ -75,6 +80,9 @@ class StoreCaps:
         Objects are local files (:meth:`ChunkStore.local_file`, :meth:`ChunkStore.file_paths`):
         the GPU backend reads them straight into device memory with kvikio (GPUDirect Storage
         where the system has it), the CPU backend reads batches of small chunks from C.
+    box_puts : bool
+        :meth:`ChunkStore.put_boxes` encodes boxes of an array and writes them as files in one
+        call into C (local folders with the batch helper).
     lock_root : str or None
         A folder for cross-process write locks (local folders), see :mod:`cuzarr.engine.locks`.
     concurrency : int or None
@@ -90,8 +98,36 @@ class StoreCaps:
     coalesces: bool = False
     listing: bool = True
     device_reads: bool = False
+    box_puts: bool = False
     lock_root: str | None = None
     concurrency: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BoxBatch:
+    """Whole chunks to encode straight from boxes of one array (:meth:`ChunkStore.put_boxes`).
+
+    Attributes
+    ----------
+    array : ndarray
+        The value written (any strides, the chunk's dtype).
+    starts : sequence of tuple of int
+        Per chunk, the index in ``array`` of its element ``(0, ..., 0)``.
+    extent : tuple of int
+        The chunk shape: box ``i`` is ``array[starts[i][d] : starts[i][d] + extent[d], ...]``.
+    compressor : cuzarr._native.Compressor or None
+        c-blosc's encoder and its arguments; ``None``: stored as the C-order bytes.
+    """
+
+    array: npt.NDArray[Any]
+    starts: Sequence[tuple[int, ...]]
+    extent: tuple[int, ...]
+    compressor: Compressor | None
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of one box."""
+        return math.prod(self.extent) * self.array.itemsize
 
 
 class Range(NamedTuple):
@@ -323,6 +359,16 @@ class ChunkStore(Protocol):
         """
         ...
 
+    def put_boxes(self, keys: Sequence[str], boxes: BoxBatch) -> list[int]:
+        """Encode box ``i`` of ``boxes`` and write it whole as ``keys[i]`` (``OVERWRITE``).
+
+        Stores with :attr:`StoreCaps.box_puts` do it in one call into C; the others write
+        nothing. Returns the positions of the boxes not written, for the caller to encode
+        and put the general way (which names what failed); the rest are written atomically,
+        as :meth:`put` writes them.
+        """
+        ...
+
     def settle(self) -> None:
         """Wait for what earlier :meth:`put` calls left to background work to finish.
 
@@ -437,6 +483,10 @@ class BaseChunkStore:
         """One :meth:`put` per key (``PutMode.OVERWRITE``)."""
         for key, blob in zip(keys, blobs, strict=True):
             self.put(key, blob)
+
+    def put_boxes(self, keys: Sequence[str], boxes: BoxBatch) -> list[int]:
+        """Writes nothing (no :attr:`StoreCaps.box_puts`): every position is left to the caller."""
+        return list(range(len(keys)))
 
     def settle(self) -> None:
         """Nothing to wait for: :meth:`ChunkStore.put` finished its work."""

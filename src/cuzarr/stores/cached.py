@@ -149,6 +149,7 @@ class CachedChunkStore(BaseChunkStore):
             open_object=False,
             small_reads=False,
             device_reads=False,
+            box_puts=False,
         )
 
     def __repr__(self) -> str:

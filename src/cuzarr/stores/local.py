@@ -7,6 +7,7 @@ import errno
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +18,7 @@ from cuzarr.errors import ReadOnlyError, StoreError
 from cuzarr.stores import replace
 from cuzarr.stores.base import (
     BaseChunkStore,
+    BoxBatch,
     BufferPool,
     Coalescing,
     GetResult,
@@ -40,6 +42,11 @@ _result = GetResult._make
 #: calls to fault :meth:`put` set it to ``None``.
 _put_files: Callable[..., list[int]] | None = (
     _native.put_files if _native.helper() is not None else None
+)
+#: Encodes and writes a batch of boxes in one call into C (:meth:`LocalChunkStore.put_boxes`,
+#: :func:`cuzarr._native.put_boxes`); ``None`` without the batch helper.
+_put_boxes: Callable[..., list[int]] | None = (
+    _native.put_boxes if _native.helper() is not None else None
 )
 _SUFFIX = os.fsencode(TEMP_SUFFIX)
 
@@ -136,6 +143,7 @@ class LocalChunkStore(BaseChunkStore):
             open_object=True,
             small_reads=True,
             device_reads=True,
+            box_puts=_put_boxes is not None,
             # Cross-process write locks for this folder (cuzarr.engine.locks.file_locks).
             lock_root=os.path.realpath(self.root),
         )
@@ -335,17 +343,55 @@ class LocalChunkStore(BaseChunkStore):
         paths = [self._path(key) for key in keys]
         views = [as_u8(b) for b in blobs]
         views = [v if v.flags.c_contiguous else np.ascontiguousarray(v) for v in views]
-        retry = self._put_files(paths, range(len(paths)), views)
-        # Folders the helper could not make: tried once more from here.
-        missing = [i for i, code in retry if code == -errno.ENOENT]
+        large = any(v.nbytes >= EXCHANGE_MIN for v in views)
+
+        def write(names: list[bytes], which: Sequence[int], **how: Any) -> list[int]:
+            assert _put_files is not None
+            return _put_files(names, [views[i] for i in which], **how)
+
+        for i in self._put_batch(paths, large, write):
+            self.put(keys[i], blobs[i])
+
+    def put_boxes(self, keys: Sequence[str], boxes: BoxBatch) -> list[int]:
+        """Encode boxes of an array and write each file in one call into C (``box_puts``).
+
+        :func:`cuzarr._native.put_boxes`: per box a copy into C order, c-blosc (or nothing),
+        and the temporary file and move of :meth:`put`, the GIL released for the batch.
+        Returns the positions of the boxes not written (the caller encodes and puts those
+        the general way, which names what failed); every other file is written whole.
+        """
+        if not keys:
+            return []
+        if _put_boxes is None:
+            return list(range(len(keys)))
+        paths = [self._path(key) for key in keys]
+        large = boxes.nbytes >= EXCHANGE_MIN
+
+        def write(names: list[bytes], which: Sequence[int], **how: Any) -> list[int]:
+            assert _put_boxes is not None
+            return _put_boxes(
+                names, boxes.array, [boxes.starts[i] for i in which], boxes.extent,
+                boxes.compressor, **how,
+            )
+
+        return self._put_batch(paths, large, write)
+
+    def _put_batch(
+        self, paths: Sequence[str], large: bool, write: Callable[..., list[int]]
+    ) -> list[int]:
+        """Write the files at ``paths`` by ``write`` (a batch call); positions not written.
+
+        Folders the helper could not make get one more try from here.
+        """
+        failed = self._put_files(paths, range(len(paths)), large, write)
+        missing = [i for i, code in failed if code == -errno.ENOENT]
         if missing:
             for folder in {os.path.dirname(paths[i]) for i in missing}:
-                with contextlib.suppress(OSError):  # put() below names what is wrong
+                with contextlib.suppress(OSError):  # put() names what is wrong
                     os.makedirs(folder, exist_ok=True)
-            retry = [x for x in retry if x[1] != -errno.ENOENT]
-            retry += self._put_files(paths, missing, views)
-        for i, _code in sorted(retry):
-            self.put(keys[i], blobs[i])
+            failed = [x for x in failed if x[1] != -errno.ENOENT]
+            failed += self._put_files(paths, missing, large, write)
+        return sorted(i for i, _code in failed)
 
     def _swaps(self, probe: str) -> bool:
         """Whether this store swaps replaced files in.
@@ -358,24 +404,27 @@ class LocalChunkStore(BaseChunkStore):
         return self._exchange
 
     def _put_files(
-        self, paths: Sequence[str], which: Sequence[int], views: Sequence[npt.NDArray[np.uint8]]
+        self,
+        paths: Sequence[str],
+        which: Sequence[int],
+        large: bool,
+        write: Callable[..., list[int]],
     ) -> list[tuple[int, int]]:
-        """Write the files ``which`` in one call; ``(position, -errno)`` of those not written.
+        """Write the files ``which`` in one call; ``(position, status)`` of those not written.
 
         Hands swapped-out old files to the remover, and stops asking for swaps where the file
         system refuses them.
         """
-        assert _put_files is not None
         swaps = self._exchange
-        if swaps is None and any(views[i].nbytes >= EXCHANGE_MIN for i in which):
+        if swaps is None and large:
             # Decided on the folder of a file this batch may replace (if it exists yet).
             folder = os.path.dirname(paths[which[0]])
             if os.path.isdir(folder):
                 swaps = self._swaps(folder)
         tag, first = replace.temp_names.reserve(len(which))
         encode = os.fsencode
-        status = _put_files(
-            [encode(paths[i]) for i in which], [views[i] for i in which],
+        status = write(
+            [encode(paths[i]) for i in which], which,
             tag=encode(tag), first=first, suffix=_SUFFIX, exchange=bool(swaps),
             exchange_min=EXCHANGE_MIN,
         )
