@@ -258,8 +258,18 @@ def test_zarr_writes_of_many_small_chunks_go_through_batches(
     helper (or one put per chunk without it), with the same values as zarr's pipeline."""
     if native:
         sizes = _spy_batches(monkeypatch)
+        # Whole chunks are encoded and written by the helper's put_boxes (test_box_writes.py).
+        real_boxes = local._put_boxes
+        assert real_boxes is not None
+
+        def spy_boxes(paths: list[bytes], *args: Any, **kw: Any) -> list[int]:
+            sizes.append(len(paths))
+            return real_boxes(paths, *args, **kw)
+
+        monkeypatch.setattr(local, "_put_boxes", spy_boxes)
     else:
         monkeypatch.setattr(local, "_put_files", None)
+        monkeypatch.setattr(local, "_put_boxes", None)
     value = np.arange(64**3, dtype="uint16").reshape(64, 64, 64) * 7
     with cuzarr.configure(threads=2, strict=True):
         arr = zarr.create_array(

@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import numcodecs
 import numpy as np
 import pytest
 import zarr
@@ -23,6 +24,7 @@ from zarr.storage import LocalStore
 
 import cuzarr
 from cuzarr import _native
+from cuzarr.codecs import zstd_batch
 from cuzarr.engine import box_writes, write
 from cuzarr.errors import StoreError
 from cuzarr.stores import local
@@ -107,6 +109,63 @@ def test_blosc_chunks_are_numcodecs_frames_byte_for_byte(
         np.testing.assert_array_equal(zarr.open_array(LocalStore(tmp_path / "box"))[...], value)
 
 
+@pytest.mark.parametrize("encoder", ["zstandard", "numcodecs"])
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize(("level", "checksum"), [(3, False), (1, True), (-5, False), (9, False)])
+def test_zstd_chunks_are_the_general_paths_frames_byte_for_byte(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    encoder: str,
+    zarr_format: int,
+    level: int,
+    checksum: bool,
+) -> None:
+    """The C path compresses with the libzstd of ``Settings.zstd_encoder``, as the general
+    path does: numcodecs' or python-zstandard's (its CFFI module's exports)."""
+    taken = zstd_batch.compressor(numcodecs.Zstd(), encoder) is not None
+    if encoder == "numcodecs":
+        assert taken  # numcodecs always exports its libzstd
+    rng = np.random.default_rng(7)
+    # Incompressible parts too (zstd stores raw blocks there).
+    value = rng.integers(0, 1 << 30, (64, 40), dtype="<u4") >> rng.integers(0, 31, (64, 40))
+    for name in ("box", "general"):
+        root = tmp_path / name
+        if zarr_format == 3:
+            codecs: dict[str, Any] = {"compressors": ZstdCodec(level=level, checksum=checksum)}
+        else:
+            codecs = {"compressors": numcodecs.Zstd(level=level, checksum=checksum)}
+        zarr.create_array(
+            LocalStore(root), shape=value.shape, chunks=(16, 20), dtype=value.dtype,
+            zarr_format=zarr_format, fill_value=0, **codecs,
+        )
+        with monkeypatch.context() as m:
+            sizes = _spy(m)
+            if name == "general":
+                m.setattr(write, "box_plan", lambda *a: None)
+            settings = cuzarr.Settings(threads=2, zstd_encoder=encoder)
+            cuzarr.open(root, mode="r+", settings=settings)[...] = value
+            assert (sum(sizes) == 8) == (name == "box" and taken)
+    assert _files(tmp_path / "box") == _files(tmp_path / "general")
+    with zarr.config.set({"codec_pipeline.path": BLOSC}):
+        np.testing.assert_array_equal(zarr.open_array(LocalStore(tmp_path / "box"))[...], value)
+
+
+def test_one_thread_switching_zstd_libraries_uses_each_librarys_own_context(
+    tmp_path: Path,
+) -> None:
+    """A thread's zstd context belongs to the libzstd that made it (a context of numcodecs'
+    1.5.6 handed to python-zstandard's 1.5.7 crashed the process)."""
+    root = tmp_path / "a"
+    zarr.create_array(
+        LocalStore(root), shape=(32, 32), chunks=(8, 8), dtype="uint16", compressors=ZstdCodec()
+    )
+    for k, encoder in enumerate(["numcodecs", "zstandard", "numcodecs", "zstandard"]):
+        value = np.arange(32 * 32, dtype="uint16").reshape(32, 32) * (k + 1)
+        settings = cuzarr.Settings(threads=1, zstd_encoder=encoder)
+        cuzarr.open(root, mode="r+", settings=settings)[...] = value
+        np.testing.assert_array_equal(cuzarr.open(root)[...], value)
+
+
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_raw_chunks_from_views_of_any_strides(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zarr_format: int
@@ -174,7 +233,7 @@ def _plan(root: Path, value: Any) -> box_writes.BoxPlan | None:
     return box_writes.box_plan(arr._engine._ctx, arr._chunk_store(), value)
 
 
-def test_only_chains_of_one_blosc_frame_or_none_take_the_c_path(tmp_path: Path) -> None:
+def test_only_chains_of_one_blosc_or_zstd_frame_or_none_take_the_c_path(tmp_path: Path) -> None:
     value = np.arange(64, dtype="uint16").reshape(8, 8)
     chains: dict[str, Any] = {
         "raw": None,
@@ -191,9 +250,12 @@ def test_only_chains_of_one_blosc_frame_or_none_take_the_c_path(tmp_path: Path) 
     assert raw is not None and raw.compressor is None
     blosc = _plan(tmp_path / "blosc", value)
     assert blosc is not None and blosc.compressor is not None
-    assert blosc.compressor.cname == b"lz4" and blosc.compressor.typesize == 2
+    assert blosc.compressor.cname == b"lz4" and blosc.compressor.args[2] == 2  # typesize
+    assert blosc.compressor.kind == _native.BLOSC
+    zstd = _plan(tmp_path / "zstd", value)
+    assert zstd is not None and zstd.compressor is not None
+    assert zstd.compressor.kind == _native.ZSTD and zstd.compressor.args == (0, 0)
     assert _plan(tmp_path / "crc", value) is None
-    assert _plan(tmp_path / "zstd", value) is None
     # A value of another dtype is converted on the general path; scalars are broadcast there.
     assert _plan(tmp_path / "raw", value.astype("int32")) is None
     assert _plan(tmp_path / "raw", np.uint16(3)) is None

@@ -23,8 +23,10 @@ import numpy.typing as npt
 
 __all__ = [
     "ABI_VERSION",
+    "BLOSC",
     "LIBRARY",
     "NOT_ENCODED",
+    "ZSTD",
     "Compressor",
     "address",
     "as_offsets",
@@ -40,7 +42,7 @@ __all__ = [
 
 LIBRARY = Path(__file__).with_name("libczbatch.so")
 #: The helper's ``cz_abi_version()``: a library built from another source is not used.
-ABI_VERSION = 10
+ABI_VERSION = 12
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -72,7 +74,7 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.cz_put_files.restype = _I64
     lib.cz_put_boxes.argtypes = [
         _I64, ctypes.c_char_p, ctypes.c_char_p, _I64, ctypes.c_char_p, _P, _I32, _P, _P, _I64,
-        _P, _I32, _I32, _I64, ctypes.c_char_p, _I64, _P, _I64, _P, _I64, _I32, _I64, _P,
+        _I32, _P, _P, ctypes.c_char_p, _P, _I64, _P, _I64, _I32, _I64, _P,
     ]
     lib.cz_put_boxes.restype = _I64
 
@@ -226,11 +228,45 @@ NOT_ENCODED = -(1 << 20)
 _KEEP_SCRATCH = 16 << 20
 
 
+class _ZstdContext:
+    """A libzstd compression context (``ZSTD_createCCtx``), freed with its owner."""
+
+    def __init__(self, create: int, free: int) -> None:
+        self._free = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p)(free)
+        made = ctypes.CFUNCTYPE(ctypes.c_void_p)(create)()
+        if not made:
+            raise MemoryError("ZSTD_createCCtx failed")
+        self.pointer: int = made
+
+    def __del__(self) -> None:
+        self._free(self.pointer)
+
+
 class _Scratch(threading.local):
-    """Per thread: the scratch buffers of the last :func:`put_boxes` call (box, frame)."""
+    """Per thread: the scratch buffers of :func:`put_boxes` and a zstd context.
+
+    The buffers of the last call (box, frame) and the thread's zstd compression contexts
+    (reused: a new one allocates its workspace again), one per libzstd by the address of its
+    ``ZSTD_createCCtx``: a context is only ever handed to the library that made it (numcodecs
+    and python-zstandard ship different versions, with different layouts).
+    """
 
     def __init__(self) -> None:
         self.buffers: tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]] | None = None
+        self.zstd: dict[int, _ZstdContext] = {}
+
+
+def _zstd_functions(functions: tuple[int, ...]) -> tuple[int, ...]:
+    """``cz_put_boxes``' zstd functions: this thread's context, then set, compress, is-error.
+
+    ``functions`` are :attr:`Compressor.functions` of a zstd compressor: ``ZSTD_createCCtx``,
+    ``ZSTD_freeCCtx``, ``ZSTD_CCtx_setParameter``, ``ZSTD_compress2``, ``ZSTD_isError``.
+    """
+    create, free, *rest = functions
+    context = _scratch.zstd.get(create)
+    if context is None:
+        context = _scratch.zstd[create] = _ZstdContext(create, free)
+    return (context.pointer, *rest)
 
 
 _scratch = _Scratch()
@@ -238,29 +274,45 @@ _scratch = _Scratch()
 
 @dataclass(frozen=True, slots=True)
 class Compressor:
-    """c-blosc's ``blosc_compress_ctx`` and its arguments, as :func:`put_boxes` calls it.
+    """A compressor :func:`put_boxes` calls from C, and its arguments.
+
+    Made by :func:`cuzarr.codecs.blosc_batch.compressor` (c-blosc's ``blosc_compress_ctx``)
+    and :func:`cuzarr.codecs.zstd_batch.compressor` (libzstd's ``ZSTD_compress2`` as numcodecs
+    calls it), from the libraries numcodecs ships.
 
     Attributes
     ----------
-    function : int
-        The address of ``blosc_compress_ctx`` (numcodecs' c-blosc).
-    clevel, shuffle, typesize, blocksize : int
-        Its compression level, shuffle (0 none, 1 byte, 2 bit), element size and block size.
+    kind : int
+        :data:`BLOSC` or :data:`ZSTD` (``cz_put_boxes``' ``CZ_BLOSC``, ``CZ_ZSTD``).
+    functions : tuple of int
+        The addresses of the library functions ``cz_put_boxes`` calls for ``kind``.
+    args : tuple of int
+        Its integer arguments (blosc: level, shuffle, typesize, block size; zstd: level,
+        checksum).
     cname : bytes
-        Its compressor name (``b"lz4"``, ...).
+        c-blosc's compressor name (``b"lz4"``, ...); empty for zstd.
     """
 
-    function: int
-    clevel: int
-    shuffle: int
-    typesize: int
-    cname: bytes
-    blocksize: int
+    kind: int
+    functions: tuple[int, ...]
+    args: tuple[int, ...]
+    cname: bytes = b""
+
+    def room(self, nbytes: int) -> int:
+        """Bytes a compressed box of ``nbytes`` may need (c-blosc's header, zstd's bound)."""
+        if self.kind == BLOSC:
+            return nbytes + 16
+        # ZSTD_COMPRESSBOUND of zstd.h
+        small = ((128 << 10) - nbytes) >> 11 if nbytes < (128 << 10) else 0
+        return nbytes + (nbytes >> 8) + small
 
 
-def _buffers(nbytes: int, packed: bool) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
-    """Scratch of this thread for a box of ``nbytes`` and (``packed``) its compressed frame."""
-    want = nbytes + 16 if packed else 0
+#: :attr:`Compressor.kind` values (``czbatch.c``'s ``CZ_BLOSC``, ``CZ_ZSTD``).
+BLOSC, ZSTD = 1, 2
+
+
+def _buffers(nbytes: int, want: int) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
+    """Scratch of this thread for a box of ``nbytes`` and a compressed frame of ``want``."""
     held = _scratch.buffers
     if held is not None and held[0].nbytes >= nbytes and held[1].nbytes >= want:
         return held
@@ -287,10 +339,10 @@ def put_boxes(
 
     One call into C for the batch (``cz_put_boxes`` in ``czbatch.c``): per box, its elements
     in C order (copied into a scratch buffer unless the box is contiguous in ``array``),
-    compressed by ``compressor`` (``None``: stored as they are), written to a temporary file
-    and moved in place exactly as :func:`put_files` does (the same names and status values;
-    :data:`NOT_ENCODED` for a box the compressor refused). The helper must be loaded
-    (:func:`helper`).
+    compressed by ``compressor`` (:class:`Compressor`; ``None``: stored as they are), written
+    to a temporary file and moved in place exactly as :func:`put_files` does (the same names
+    and status values; :data:`NOT_ENCODED` for a box the compressor refused). The helper must
+    be loaded (:func:`helper`).
 
     Raises
     ------
@@ -316,13 +368,18 @@ def put_boxes(
     if blob.count(0) != n or b"\0" in tag + suffix:
         raise ValueError("put_boxes: a name holds a NUL byte")
     nbytes = int(box.prod()) * array.itemsize
-    scratch, packed = _buffers(nbytes, compressor is not None)
-    c = compressor or Compressor(0, 0, 0, 1, b"", 0)
+    c = compressor
+    scratch, packed = _buffers(nbytes, 0 if c is None else c.room(nbytes))
+    functions = np.asarray(
+        (0,) if c is None else _zstd_functions(c.functions) if c.kind == ZSTD else c.functions,
+        np.int64,
+    )
+    args = np.asarray(c.args if c else (0,), np.int64)
     status = np.empty(n, np.int32)
     done = lib.cz_put_boxes(
         n, blob, tag, first, suffix, address(sources), ndim, address(box), address(strides),
-        array.itemsize, c.function or None, c.clevel, c.shuffle, c.typesize, c.cname,
-        c.blocksize, address(scratch), scratch.nbytes, address(packed), packed.nbytes,
+        array.itemsize, c.kind if c else 0, address(functions), address(args),
+        c.cname if c else b"", address(scratch), scratch.nbytes, address(packed), packed.nbytes,
         int(exchange), exchange_min, address(status),
     )
     if done < 0:

@@ -31,7 +31,7 @@ typedef int (*cz_compress_fn)(int, int, size_t, size_t, const void *, void *, si
                               const char *, size_t, int);
 
 /* The ABI version Python checks before using the library (bump on any signature change). */
-int cz_abi_version(void) { return 10; }
+int cz_abi_version(void) { return 12; }
 
 /*
  * Decompress n frames, frame i starting at src + src_offsets[i], into dest + dest_offsets[i]
@@ -454,26 +454,46 @@ static void cz_gather_box(const uint8_t *src, const int64_t *src_strides, int32_
 /* status of cz_put_boxes for a box the compressor refused (nothing written). */
 #define CZ_NOT_ENCODED (-(1 << 20))
 
+/* cz_put_boxes' compressors. */
+#define CZ_STORE 0 /* the C-order bytes as they are */
+#define CZ_BLOSC 1 /* c-blosc: fns {blosc_compress_ctx}, args {clevel, doshuffle, typesize,
+                    * blocksize}, cname */
+#define CZ_ZSTD 2  /* libzstd: fns {a ZSTD_CCtx of the caller's, ZSTD_CCtx_setParameter,
+                    * ZSTD_compress2, ZSTD_isError}, args {level, checksum} */
+
+/* libzstd's ZSTD_c_compressionLevel and ZSTD_c_checksumFlag (zstd.h, stable API). */
+#define CZ_ZSTD_LEVEL 100
+#define CZ_ZSTD_CHECKSUM 201
+
+typedef size_t (*cz_zstd_set_fn)(void *, int, int);
+typedef size_t (*cz_zstd_compress2_fn)(void *, void *, size_t, const void *, size_t);
+
 /*
  * Encode n boxes of an array and write each to its file atomically, in one call: per box, a
  * copy into C order (cz_gather_box: the box's first element at the address sources[i], extent
- * and byte strides shared by every box), then c-blosc's blosc_compress_ctx (compress, with
- * clevel, doshuffle, typesize, cname, blocksize; NULL: the C-order bytes are stored as they
- * are), then the write and move of cz_put_files (same temporary names, same status values).
- * scratch has room for the box (nbytes = itemsize x the extent's elements); packed for
- * nbytes + 16 bytes (c-blosc's largest frame) when compress is not NULL. A box the compressor
- * refuses gets status CZ_NOT_ENCODED: the caller encodes it the general way, which names the
- * problem. Returns how many were not written, -1 for arguments it refuses (nothing done).
+ * and byte strides shared by every box; no copy where the box is one contiguous run), then the
+ * compressor kind (CZ_STORE, CZ_BLOSC, CZ_ZSTD above, with the function addresses fns and the
+ * integer arguments args), then the write and move of cz_put_files (same temporary names, same
+ * status values). scratch has room for the box (nbytes = itemsize x the extent's elements);
+ * packed has packed_size bytes for a compressed box: c-blosc is given exactly nbytes + 16, as
+ * numcodecs gives it (c-blosc keeps a block as it is where its compressed form would not fit,
+ * so more room would change the frame); libzstd all of packed, which must hold
+ * ZSTD_compressBound(nbytes) (then the frame does not depend on the room). The zstd frames are
+ * numcodecs' (a context with its two parameters set, ZSTD_compress2): the caller's context, one
+ * per thread reused from call to call (a new one per call allocates its workspace again: 13 %
+ * of a write of 8 KiB chunks). A box the compressor refuses gets status CZ_NOT_ENCODED: the
+ * caller encodes it the general way, which names the problem. Returns how many were not
+ * written, -1 for arguments it refuses (nothing done).
  */
 int64_t cz_put_boxes(int64_t n, const char *paths, const char *tag, int64_t first,
                      const char *suffix, const int64_t *sources, int32_t ndim,
                      const int64_t *extent, const int64_t *src_strides, int64_t itemsize,
-                     cz_compress_fn compress, int32_t clevel, int32_t doshuffle,
-                     int64_t typesize, const char *cname, int64_t blocksize, uint8_t *scratch,
-                     int64_t scratch_size, uint8_t *packed, int64_t packed_size,
-                     int32_t exchange, int64_t exchange_min, int32_t *status)
+                     int32_t kind, const int64_t *fns, const int64_t *args, const char *cname,
+                     uint8_t *scratch, int64_t scratch_size, uint8_t *packed,
+                     int64_t packed_size, int32_t exchange, int64_t exchange_min,
+                     int32_t *status)
 {
-    if (ndim < 1 || ndim > CZ_MAX_DIMS || itemsize < 1) {
+    if (ndim < 1 || ndim > CZ_MAX_DIMS || itemsize < 1 || kind < CZ_STORE || kind > CZ_ZSTD) {
         return -1;
     }
     int64_t nbytes = itemsize;
@@ -487,8 +507,19 @@ int64_t cz_put_boxes(int64_t n, const char *paths, const char *tag, int64_t firs
         }
         nbytes *= extent[d];
     }
-    if (scratch_size < nbytes || (compress != NULL && packed_size < nbytes + 16)) {
+    if (scratch_size < nbytes || (kind == CZ_BLOSC && packed_size < nbytes + 16)) {
         return -1;
+    }
+    void *cctx = NULL;
+    cz_zstd_iserror_fn iserror = NULL;
+    if (kind == CZ_ZSTD) {
+        cz_zstd_set_fn set = (cz_zstd_set_fn)(intptr_t)fns[1];
+        cctx = (void *)(intptr_t)fns[0];
+        iserror = (cz_zstd_iserror_fn)(intptr_t)fns[3];
+        if (cctx == NULL || iserror(set(cctx, CZ_ZSTD_LEVEL, (int)args[0])) ||
+            iserror(set(cctx, CZ_ZSTD_CHECKSUM, (int)args[1]))) {
+            return -1;
+        }
     }
     char tmp[CZ_NAME_MAX];
     int64_t failed = 0;
@@ -501,12 +532,10 @@ int64_t cz_put_boxes(int64_t n, const char *paths, const char *tag, int64_t firs
             cz_gather_box(src, src_strides, ndim, itemsize, extent, scratch);
             data = scratch;
         }
-        if (compress != NULL) {
-            /* Room for exactly nbytes + 16, as numcodecs gives it: c-blosc stores a block
-             * as it is where its compressed form would not fit, so more room would change
-             * the frame. */
-            int got = compress(clevel, doshuffle, (size_t)typesize, (size_t)nbytes, data, packed,
-                               (size_t)(nbytes + 16), cname, (size_t)blocksize, 1);
+        if (kind == CZ_BLOSC) {
+            int got = ((cz_compress_fn)(intptr_t)fns[0])(
+                (int)args[0], (int)args[1], (size_t)args[2], (size_t)nbytes, data, packed,
+                (size_t)(nbytes + 16), cname, (size_t)args[3], 1);
             if (got <= 0) {
                 status[i] = CZ_NOT_ENCODED;
                 failed++;
@@ -514,6 +543,16 @@ int64_t cz_put_boxes(int64_t n, const char *paths, const char *tag, int64_t firs
             }
             data = packed;
             size = got;
+        } else if (kind == CZ_ZSTD) {
+            size_t got = ((cz_zstd_compress2_fn)(intptr_t)fns[2])(
+                cctx, packed, (size_t)packed_size, data, (size_t)nbytes);
+            if (iserror(got)) {
+                status[i] = CZ_NOT_ENCODED;
+                failed++;
+                continue;
+            }
+            data = packed;
+            size = (int64_t)got;
         }
         int32_t r = cz_temp_name(tmp, path, tag, first + i, suffix);
         if (r == 0) {

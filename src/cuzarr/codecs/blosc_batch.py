@@ -121,8 +121,8 @@ def compressor(params: BloscParams) -> _native.Compressor | None:
     if entry is None:
         return None
     return _native.Compressor(
-        entry.compress, params.clevel, params.shuffle, params.typesize, params.cname,
-        params.blocksize,
+        _native.BLOSC, (entry.compress,),
+        (params.clevel, params.shuffle, params.typesize, params.blocksize), params.cname,
     )
 
 

@@ -116,7 +116,8 @@ class BoxBatch:
     extent : tuple of int
         The chunk shape: box ``i`` is ``array[starts[i][d] : starts[i][d] + extent[d], ...]``.
     compressor : cuzarr._native.Compressor or None
-        c-blosc's encoder and its arguments; ``None``: stored as the C-order bytes.
+        c-blosc's or libzstd's encoder and its arguments; ``None``: stored as the C-order
+        bytes.
     """
 
     array: npt.NDArray[Any]
