@@ -1118,7 +1118,8 @@ def _fmt_reporting(before: dict[str, int] | None, during: dict[str, int] | None)
     """How much freed memory the kernel reported to the host during the run."""
     if before is None or during is None:
         return "not available (not recorded, or not this kernel)"
-    held = during["order"] != before["order"]
+    # Held: turned off by --hold-freed-memory, or already off when the run started.
+    held = during["order"] != before["order"] or during["order"] >= interleave.NO_REPORTING_ORDER
     state = "off for the run (--hold-freed-memory)" if held else f"on (order {before['order']})"
     if before["reported_kib"] < 0 or during["reported_kib"] < 0:
         return state

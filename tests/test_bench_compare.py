@@ -377,6 +377,8 @@ def test_hold_freed_memory_turns_reporting_off_and_restores_it(
         "off for the run (--hold-freed-memory), 1 MiB reported during the run"
     )
     assert compare._fmt_reporting(before, before).startswith("on (order 9), 0 MiB")
+    # Already off when the run began (held by hand, or by a run before): off, not "on".
+    assert compare._fmt_reporting(during, during).startswith("off for the run")
     assert compare._fmt_reporting(None, None).startswith("not available")
 
 

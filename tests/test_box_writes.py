@@ -126,8 +126,11 @@ def test_zstd_chunks_are_the_general_paths_frames_byte_for_byte(
     if encoder == "numcodecs":
         assert taken  # numcodecs always exports its libzstd
     rng = np.random.default_rng(7)
-    # Incompressible parts too (zstd stores raw blocks there).
-    value = rng.integers(0, 1 << 30, (64, 40), dtype="<u4") >> rng.integers(0, 31, (64, 40))
+    # Incompressible parts too (zstd stores raw blocks there); 8 chunks of 1,280 bytes, or
+    # (the slow levels left out) of 256 KiB: frames of several zstd blocks.
+    large = level in (1, 3)
+    shape, chunks = ((1024, 512), (256, 256)) if large else ((64, 40), (16, 20))
+    value = rng.integers(0, 1 << 30, shape, dtype="<u4") >> rng.integers(0, 31, shape)
     for name in ("box", "general"):
         root = tmp_path / name
         if zarr_format == 3:
@@ -135,7 +138,7 @@ def test_zstd_chunks_are_the_general_paths_frames_byte_for_byte(
         else:
             codecs = {"compressors": numcodecs.Zstd(level=level, checksum=checksum)}
         zarr.create_array(
-            LocalStore(root), shape=value.shape, chunks=(16, 20), dtype=value.dtype,
+            LocalStore(root), shape=value.shape, chunks=chunks, dtype=value.dtype,
             zarr_format=zarr_format, fill_value=0, **codecs,
         )
         with monkeypatch.context() as m:
