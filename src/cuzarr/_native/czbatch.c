@@ -126,6 +126,65 @@ void cz_gather(int64_t n, const uint8_t *src, const int64_t *src_offsets,
 #define CZ_MAX_DIMS 64
 
 /*
+ * Copy a box of extent[0] x ... x extent[ndim - 1] elements of itemsize bytes from src to dst,
+ * element (0, ..., 0) of the box at each pointer, with byte strides src_strides and
+ * dst_strides (any sign, 0 for a broadcast source axis). Rows along the last dimension are one
+ * memcpy where both sides are contiguous there. The caller has checked that the box lies
+ * inside both.
+ */
+static void cz_copy_strided(const uint8_t *src, const int64_t *src_strides, uint8_t *dst,
+                            const int64_t *dst_strides, int32_t ndim, int64_t itemsize,
+                            const int64_t *extent)
+{
+    int64_t index[CZ_MAX_DIMS];
+    for (int32_t d = 0; d < ndim; d++) {
+        if (extent[d] == 0) {
+            return;
+        }
+        index[d] = 0;
+    }
+    const int32_t last = ndim - 1;
+    const int64_t src_step = src_strides[last];
+    const int64_t dst_step = dst_strides[last];
+    const int contiguous = src_step == itemsize && dst_step == itemsize;
+    const int64_t run = extent[last] * itemsize;
+    for (;;) {
+        if (contiguous) {
+            memcpy(dst, src, (size_t)run);
+        } else {
+            for (int64_t k = 0; k < extent[last]; k++) {
+                memcpy(dst + k * dst_step, src + k * src_step, (size_t)itemsize);
+            }
+        }
+        /* Next row: the odometer over every dimension but the last. */
+        int32_t d = last - 1;
+        for (; d >= 0; d--) {
+            src += src_strides[d];
+            dst += dst_strides[d];
+            if (++index[d] < extent[d]) {
+                break;
+            }
+            src -= extent[d] * src_strides[d];
+            dst -= extent[d] * dst_strides[d];
+            index[d] = 0;
+        }
+        if (d < 0) {
+            return;
+        }
+    }
+}
+
+/* The byte strides of a C-ordered array of shape (ndim dimensions, itemsize bytes each). */
+static void cz_c_strides(const int64_t *shape, int32_t ndim, int64_t itemsize, int64_t *strides)
+{
+    int64_t step = itemsize;
+    for (int32_t d = ndim - 1; d >= 0; d--) {
+        strides[d] = step;
+        step *= shape[d];
+    }
+}
+
+/*
  * Copy a box of a C-ordered chunk into an output array: per dimension d, extent[d] elements
  * from chunk index chunk_start[d] to output index out_start[d]. out points at the output's
  * element (0, ..., 0); out_strides are its byte strides (any sign). The caller has checked
@@ -135,50 +194,15 @@ static void cz_copy_box(const uint8_t *chunk, const int64_t *chunk_shape, int32_
                         int64_t itemsize, const int64_t *chunk_start, const int64_t *out_start,
                         const int64_t *extent, uint8_t *out, const int64_t *out_strides)
 {
-    int64_t src_strides[CZ_MAX_DIMS];
-    int64_t index[CZ_MAX_DIMS];
-    int64_t step = itemsize;
+    int64_t chunk_strides[CZ_MAX_DIMS];
+    cz_c_strides(chunk_shape, ndim, itemsize, chunk_strides);
     const uint8_t *src = chunk;
     uint8_t *dst = out;
-    for (int32_t d = ndim - 1; d >= 0; d--) {
-        src_strides[d] = step;
-        step *= chunk_shape[d];
-    }
     for (int32_t d = 0; d < ndim; d++) {
-        if (extent[d] == 0) {
-            return;
-        }
-        src += chunk_start[d] * src_strides[d];
+        src += chunk_start[d] * chunk_strides[d];
         dst += out_start[d] * out_strides[d];
-        index[d] = 0;
     }
-    const int32_t last = ndim - 1;
-    const int contiguous = out_strides[last] == itemsize;
-    const int64_t run = extent[last] * itemsize;
-    for (;;) {
-        if (contiguous) {
-            memcpy(dst, src, (size_t)run);
-        } else {
-            for (int64_t k = 0; k < extent[last]; k++) {
-                memcpy(dst + k * out_strides[last], src + k * itemsize, (size_t)itemsize);
-            }
-        }
-        /* Next row: the odometer over every dimension but the last. */
-        int32_t d = last - 1;
-        for (; d >= 0; d--) {
-            src += src_strides[d];
-            dst += out_strides[d];
-            if (++index[d] < extent[d]) {
-                break;
-            }
-            src -= extent[d] * src_strides[d];
-            dst -= extent[d] * out_strides[d];
-            index[d] = 0;
-        }
-        if (d < 0) {
-            return;
-        }
-    }
+    cz_copy_strided(src, chunk_strides, dst, out_strides, ndim, itemsize, extent);
 }
 
 /*
@@ -409,48 +433,6 @@ int64_t cz_put_files(int64_t n, const char *paths, const char *tag, int64_t firs
     return failed;
 }
 
-/*
- * Copy a box of extent[0] x ... x extent[ndim - 1] elements of itemsize bytes, element
- * (0, ..., 0) at src and byte strides src_strides (any sign, 0 for broadcast axes), into dst in
- * C order.
- */
-static void cz_gather_box(const uint8_t *src, const int64_t *src_strides, int32_t ndim,
-                          int64_t itemsize, const int64_t *extent, uint8_t *dst)
-{
-    int64_t index[CZ_MAX_DIMS];
-    for (int32_t d = 0; d < ndim; d++) {
-        if (extent[d] == 0) {
-            return;
-        }
-        index[d] = 0;
-    }
-    const int32_t last = ndim - 1;
-    const int contiguous = src_strides[last] == itemsize;
-    const int64_t run = extent[last] * itemsize;
-    for (;;) {
-        if (contiguous) {
-            memcpy(dst, src, (size_t)run);
-        } else {
-            for (int64_t k = 0; k < extent[last]; k++) {
-                memcpy(dst + k * itemsize, src + k * src_strides[last], (size_t)itemsize);
-            }
-        }
-        dst += run;
-        int32_t d = last - 1;
-        for (; d >= 0; d--) {
-            src += src_strides[d];
-            if (++index[d] < extent[d]) {
-                break;
-            }
-            src -= extent[d] * src_strides[d];
-            index[d] = 0;
-        }
-        if (d < 0) {
-            return;
-        }
-    }
-}
-
 /* status of cz_put_boxes for a box the compressor refused (nothing written). */
 #define CZ_NOT_ENCODED (-(1 << 20))
 
@@ -470,7 +452,7 @@ typedef size_t (*cz_zstd_compress2_fn)(void *, void *, size_t, const void *, siz
 
 /*
  * Encode n boxes of an array and write each to its file atomically, in one call: per box, a
- * copy into C order (cz_gather_box: the box's first element at the address sources[i], extent
+ * copy into C order (cz_copy_strided: the box's first element at the address sources[i], extent
  * and byte strides shared by every box; no copy where the box is one contiguous run), then the
  * compressor kind (CZ_STORE, CZ_BLOSC, CZ_ZSTD above, with the function addresses fns and the
  * integer arguments args), then the write and move of cz_put_files (same temporary names, same
@@ -521,6 +503,8 @@ int64_t cz_put_boxes(int64_t n, const char *paths, const char *tag, int64_t firs
             return -1;
         }
     }
+    int64_t box_strides[CZ_MAX_DIMS];
+    cz_c_strides(extent, ndim, itemsize, box_strides);
     char tmp[CZ_NAME_MAX];
     int64_t failed = 0;
     const char *path = paths;
@@ -529,7 +513,7 @@ int64_t cz_put_boxes(int64_t n, const char *paths, const char *tag, int64_t firs
         const uint8_t *data = src;
         int64_t size = nbytes;
         if (!c_order) {
-            cz_gather_box(src, src_strides, ndim, itemsize, extent, scratch);
+            cz_copy_strided(src, src_strides, scratch, box_strides, ndim, itemsize, extent);
             data = scratch;
         }
         if (kind == CZ_BLOSC) {
