@@ -41,17 +41,20 @@ def _blob(i: int, n: int = 100) -> np.ndarray:
     return np.full(n, i % 251, np.uint8)
 
 
-def _spy_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Record the size of every batch handed to the helper."""
+def _spy_batches(
+    monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...] = ("_put_files",)
+) -> list[int]:
+    """Record the size of every batch handed to the helper calls ``names`` of the store."""
     sizes: list[int] = []
-    real = local._put_files
-    assert real is not None
+    for name in names:
+        real = getattr(local, name)
+        assert real is not None
 
-    def spy(paths: list[bytes], buffers: list[Any], **kw: Any) -> list[int]:
-        sizes.append(len(paths))
-        return real(paths, buffers, **kw)
+        def spy(paths: list[bytes], *args: Any, _real: Any = real, **kw: Any) -> list[int]:
+            sizes.append(len(paths))
+            return list(_real(paths, *args, **kw))
 
-    monkeypatch.setattr(local, "_put_files", spy)
+        monkeypatch.setattr(local, name, spy)
     return sizes
 
 
@@ -257,16 +260,8 @@ def test_zarr_writes_of_many_small_chunks_go_through_batches(
     """64 chunks of 8 KiB: the engine's batches of small zstd chunks are written by the
     helper (or one put per chunk without it), with the same values as zarr's pipeline."""
     if native:
-        sizes = _spy_batches(monkeypatch)
         # Whole chunks are encoded and written by the helper's put_boxes (test_box_writes.py).
-        real_boxes = local._put_boxes
-        assert real_boxes is not None
-
-        def spy_boxes(paths: list[bytes], *args: Any, **kw: Any) -> list[int]:
-            sizes.append(len(paths))
-            return real_boxes(paths, *args, **kw)
-
-        monkeypatch.setattr(local, "_put_boxes", spy_boxes)
+        sizes = _spy_batches(monkeypatch, ("_put_files", "_put_boxes"))
     else:
         monkeypatch.setattr(local, "_put_files", None)
         monkeypatch.setattr(local, "_put_boxes", None)

@@ -276,9 +276,9 @@ _scratch = _Scratch()
 class Compressor:
     """A compressor :func:`put_boxes` calls from C, and its arguments.
 
-    Made by :func:`cuzarr.codecs.blosc_batch.compressor` (c-blosc's ``blosc_compress_ctx``)
-    and :func:`cuzarr.codecs.zstd_batch.compressor` (libzstd's ``ZSTD_compress2`` as numcodecs
-    calls it), from the libraries numcodecs ships.
+    Made by :func:`cuzarr.codecs.blosc_batch.compressor` (numcodecs' c-blosc,
+    ``blosc_compress_ctx``) and :func:`cuzarr.codecs.zstd_batch.compressor` (``ZSTD_compress2``
+    as numcodecs calls it, of numcodecs' or python-zstandard's libzstd).
 
     Attributes
     ----------

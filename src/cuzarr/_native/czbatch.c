@@ -326,22 +326,6 @@ static int cz_make_parents(const char *path, char *name)
 }
 
 /*
- * Write n files atomically in one call (the GIL released once for the batch's system calls),
- * as LocalChunkStore.put writes one. paths holds n NUL-terminated paths back to back; file i
- * gets lengths buffers[2i + 1] bytes from the address buffers[2i]. They are written to a new
- * file at the temporary name path + tag + (first + i in lowercase hex) + suffix (created
- * exclusively, mode 0644), which is closed and then moved to the path: swapped with the file
- * there (renameat2 RENAME_EXCHANGE) when exchange is non-zero, the file has at least
- * exchange_min bytes and a regular file is there, else renamed over it. A folder missing on
- * the way to a file is made (as os.makedirs does) and the file tried once more.
- *
- * status[i]: 0 renamed; 1 swapped (the temporary name now holds the old file: the caller
- * removes it); 2 renamed because this system or file system cannot swap (later files are not
- * swapped either: the caller stops asking); a negative errno when the file was not written
- * (no temporary file is left, the old file is untouched: the caller writes that file the
- * general way, which names the problem). Returns how many failed.
- */
-/*
  * Write size bytes from data to a new file at tmp and move it to path (see cz_put_files, whose
  * status values it returns; *exchange is cleared where swaps are refused).
  */
@@ -414,6 +398,22 @@ static int cz_temp_name(char *tmp, const char *path, const char *tag, int64_t nu
     return (named < 0 || named >= CZ_NAME_MAX) ? -ENAMETOOLONG : 0;
 }
 
+/*
+ * Write n files atomically in one call (the GIL released once for the batch's system calls),
+ * as LocalChunkStore.put writes one. paths holds n NUL-terminated paths back to back; file i
+ * gets lengths buffers[2i + 1] bytes from the address buffers[2i]. They are written to a new
+ * file at the temporary name path + tag + (first + i in lowercase hex) + suffix (created
+ * exclusively, mode 0644), which is closed and then moved to the path: swapped with the file
+ * there (renameat2 RENAME_EXCHANGE) when exchange is non-zero, the file has at least
+ * exchange_min bytes and a regular file is there, else renamed over it. A folder missing on
+ * the way to a file is made (as os.makedirs does) and the file tried once more.
+ *
+ * status[i]: 0 renamed; 1 swapped (the temporary name now holds the old file: the caller
+ * removes it); 2 renamed because this system or file system cannot swap (later files are not
+ * swapped either: the caller stops asking); a negative errno when the file was not written
+ * (no temporary file is left, the old file is untouched: the caller writes that file the
+ * general way, which names the problem). Returns how many failed.
+ */
 int64_t cz_put_files(int64_t n, const char *paths, const char *tag, int64_t first,
                      const char *suffix, const int64_t *buffers, int32_t exchange,
                      int64_t exchange_min, int32_t *status)

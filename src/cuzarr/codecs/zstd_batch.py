@@ -67,12 +67,14 @@ def _encoder(library: str) -> tuple[int, ...] | None:
     return symbols(library, names)
 
 
+@functools.cache
 def _library(encoder: str) -> str | None:
     """The libzstd that ``Settings.zstd_encoder`` encodes with, as a shared object.
 
     ``"numcodecs"``: numcodecs' ``zstd`` module. ``"zstandard"``: python-zstandard's CFFI
     extension, which exports the libzstd its C backend is built from (the C backend does not
-    export it); ``None`` where that extension is not installed.
+    export it); ``None`` where that extension is not installed. Looked up once per encoder
+    (``box_plan`` asks on every write).
     """
     if encoder == "numcodecs":
         return str(numcodecs.zstd.__file__)

@@ -355,10 +355,11 @@ class LocalChunkStore(BaseChunkStore):
     def put_boxes(self, keys: Sequence[str], boxes: BoxBatch) -> list[int]:
         """Encode boxes of an array and write each file in one call into C (``box_puts``).
 
-        :func:`cuzarr._native.put_boxes`: per box a copy into C order, c-blosc (or nothing),
-        and the temporary file and move of :meth:`put`, the GIL released for the batch.
-        Returns the positions of the boxes not written (the caller encodes and puts those
-        the general way, which names what failed); every other file is written whole.
+        :func:`cuzarr._native.put_boxes`: per box a copy into C order, c-blosc or libzstd
+        (or nothing), and the temporary file and move of :meth:`put`, the GIL released for
+        the batch. Returns the positions of the boxes not written (the caller encodes and
+        puts those the general way, which names what failed); every other file is written
+        whole.
         """
         if not keys:
             return []
