@@ -41,7 +41,7 @@ class WaveBackend(CpuBackend):
         self.decode_calls: list[int] = []
         self.encode_calls: list[int] = []
 
-    def batching(self, codec: Codec, n: int, *, remote: bool, op: Op) -> Batching:
+    def batching(self, codec: Codec, n: int, *, remote: bool, op: Op, threads: int) -> Batching:
         return Batching(size=max(1, n), parallel=False)
 
     def decode(self, codec: Codec, items: Sequence[DecodeItem], name: Namer) -> list[Any]:

@@ -50,8 +50,8 @@ def _serial_batches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     seen: list[tuple[str, int]] = []
     real = cpu_backend.CpuBackend.batching
 
-    def spy(self: Any, codec: Any, n: int, *, remote: bool, op: Any) -> Any:
-        got = real(self, codec, n, remote=remote, op=op)
+    def spy(self: Any, codec: Any, n: int, *, remote: bool, op: Any, threads: int) -> Any:
+        got = real(self, codec, n, remote=remote, op=op, threads=threads)
         if not got.parallel:
             seen.append((op, got.size))
         return got

@@ -1,8 +1,9 @@
 """The batched read path for many small zstd chunks on local stores (the CPU backend's batches).
 
-Reads of at least ``2 * ZSTD_BATCH`` small zstd chunks decode them in GIL-free batches. The
-results must equal zarr-python's for every selection; a bad chunk anywhere in a batch must
-still be named in the error, and unusual but valid chunks (several frames) must still read.
+Reads of at least ``2 * ZSTD_BATCH`` small zstd chunks decode them in GIL-free batches
+(``read_batch_size`` chunks each). The results must equal zarr-python's for every selection;
+a bad chunk anywhere in a batch must still be named in the error, and unusual but valid
+chunks (several frames) must still read.
 """
 
 from __future__ import annotations
@@ -91,11 +92,17 @@ def test_batched_reads_equal_zarr(
     assert isinstance(a, cuzarr.Array)
     calls = _uses_batches(monkeypatch)
     placed = _uses_c_batches(monkeypatch)
+    threads = a.settings.n_threads
     for selection in SELECTIONS:
+        calls.clear()
         assert_same_array(a[selection], data[selection], msg=repr(selection))
-    # Box selections go to the C batches, the others (steps, dropped axes) to batch decodes.
-    assert placed and max(placed) == cpu_backend.ZSTD_BATCH
-    assert calls and max(calls) == cpu_backend.ZSTD_BATCH
+        if selection == np.s_[10:30, :, None, 1:20:2]:
+            # Steps: batch decodes, in batches sized for the read's 270 chunks (the first
+            # batch all stored).
+            assert max(calls) == cpu_backend.read_batch_size(270, threads)
+    # Box selections go to the C batches, sized for the 450 chunks of ``...`` (the first
+    # batches all stored).
+    assert placed and max(placed) == cpu_backend.read_batch_size(450, threads)
     # The zarr pipeline path (integer axes dropped by zarr's indexer) agrees too.
     with use_pipeline("cuzarr"):
         z = zarr.open_array(zarr.storage.LocalStore(path), mode="r")
@@ -261,7 +268,8 @@ def test_without_c_batches_the_same_values(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(cpu_backend.zstd_batch, "available", lambda: False)
     calls = _uses_batches(monkeypatch)
     assert_same_array(cuzarr.open(path)[...], data)
-    assert placed == [] and calls and max(calls) == cpu_backend.ZSTD_BATCH
+    threads = cuzarr.Settings().n_threads
+    assert placed == [] and calls and max(calls) == cpu_backend.read_batch_size(450, threads)
 
 
 def test_c_batches_leave_odd_chunks_to_the_general_path(tmp_path: Path) -> None:
@@ -330,3 +338,15 @@ def test_file_paths_check_keys_and_other_stores_refuse(tmp_path: Path) -> None:
     memory = MemoryChunkStore(zarr.storage.MemoryStore())
     with pytest.raises(UnsupportedError, match="no local files"):
         memory.file_paths(["c/0"])
+
+
+@pytest.mark.parametrize("threads", [1, 2, 8])
+def test_read_batch_size_keeps_every_thread_busy(threads: int) -> None:
+    for n in range(2 * cpu_backend.ZSTD_BATCH, 20_000, 37):
+        size = cpu_backend.read_batch_size(n, threads)
+        assert cpu_backend.ZSTD_BATCH <= size <= cpu_backend.ZSTD_READ_BATCH_MAX
+        # Two batches per thread at least, unless batches are as small as they go.
+        batches = -(-n // size)
+        assert batches >= 2 * threads or size == cpu_backend.ZSTD_BATCH
+        # And no more than that below the largest batches (each call into C costs).
+        assert batches <= 2 * threads or size == cpu_backend.ZSTD_READ_BATCH_MAX

@@ -10,6 +10,7 @@ chunk with numcodecs: every stored chunk and shard must then equal what zarr-pyt
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +227,7 @@ def _chain(tmp_path: Path, name: str, chunks: tuple[int, ...], compressor: Any) 
 
 def test_batching_takes_zstd_chains(tmp_path: Path) -> None:
     backend = CpuBackend()
+    batching = functools.partial(backend.batching, threads=2)
     small = _chain(tmp_path, "s", (16, 16), zarr.codecs.ZstdCodec(level=4))
     big = _chain(tmp_path, "b", (256, 256), zarr.codecs.ZstdCodec(level=4))
     blosc = _chain(tmp_path, "c", (16, 16), zarr.codecs.BloscCodec(cname="zstd"))
@@ -233,26 +235,26 @@ def test_batching_takes_zstd_chains(tmp_path: Path) -> None:
     light_big = _chain(tmp_path, "m", (64, 64), zarr.codecs.BloscCodec(cname="lz4"))
     n = 2 * ZSTD_BATCH
     assert small.batch_encodes
-    assert backend.batching(small, n, remote=True, op="encode") == ZSTD_BATCHES
+    assert batching(small, n, remote=True, op="encode") == ZSTD_BATCHES
     # A small write (fewer than two batches' worth) is one batch on one task; its reads and
     # single chunks stay one per task.
-    assert backend.batching(small, n - 1, remote=False, op="encode") == Batching(n - 1, True)
-    assert backend.batching(light, n - 1, remote=False, op="encode") == Batching(n - 1, True)
-    assert backend.batching(small, 1, remote=False, op="encode").size == 1
-    assert backend.batching(small, n - 1, remote=False, op="decode").size == 1
-    assert backend.batching(blosc, n - 1, remote=False, op="encode").size == 1
+    assert batching(small, n - 1, remote=False, op="encode") == Batching(n - 1, True)
+    assert batching(light, n - 1, remote=False, op="encode") == Batching(n - 1, True)
+    assert batching(small, 1, remote=False, op="encode").size == 1
+    assert batching(small, n - 1, remote=False, op="decode").size == 1
+    assert batching(blosc, n - 1, remote=False, op="encode").size == 1
     # 512 KiB chunks encode one per task (overlapping compression with writes).
     assert not big.batch_encodes
-    assert backend.batching(big, n, remote=False, op="encode").size == 1
+    assert batching(big, n, remote=False, op="encode").size == 1
     assert not blosc.batch_encodes and not blosc.light
-    assert backend.batching(blosc, n, remote=False, op="encode").size == 1
+    assert batching(blosc, n, remote=False, op="encode").size == 1
     # Light chunks (2 KiB of blosc lz4) decode and encode on one thread, in one batch; their
     # reads (with I/O) stay one per task; 32 KiB ones are not light.
     assert light.light and not light_big.light and not small.light
     for op in ("encode", "decode"):
-        assert backend.batching(light, n, remote=False, op=op) == Batching(n, parallel=False)
-        assert backend.batching(light_big, n, remote=False, op=op).size == 1
-    assert backend.batching(light, n, remote=False, op="read").size == 1
+        assert batching(light, n, remote=False, op=op) == Batching(n, parallel=False)
+        assert batching(light_big, n, remote=False, op=op).size == 1
+    assert batching(light, n, remote=False, op="read").size == 1
     chunks = [np.full((256, 256), i, "f8") for i in range(2)]
     ref = numcodecs.Zstd(level=4)
     assert [bytes(b) for b in big.encode_many(chunks)] == [bytes(ref.encode(c)) for c in chunks]

@@ -16,14 +16,13 @@ Negative slice steps follow NumPy: the positive-step range covering the same ele
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from cuzarr.engine.requests import ChunkRequest
+from cuzarr.engine.requests import ChunkRequest, new_request
 from cuzarr.metadata.spec import ArraySpec
 
 __all__ = ["BasicPlan", "GridIndexer"]
@@ -247,28 +246,25 @@ class GridIndexer:
             ]
         if any(not dim for dim in per_dim):
             return []
-        # Many chunks: the key text of each coordinate is made once per axis, not per chunk.
-        prefix, sep = self._key_prefix, self._sep
-        dims = [[(str(p[0]), p[1], p[2], p[3]) for p in dim] for dim in per_dim]
-        kept = [i for i, dim in enumerate(per_dim) if dim[0][2] is not None]
-        if len(kept) == len(per_dim):
-            return [
-                ChunkRequest(
-                    key=prefix + sep.join([c[0] for c in combo]),
-                    chunk_selection=tuple([c[1] for c in combo]),
-                    out_selection=tuple([c[2] for c in combo]),
-                    complete=all([c[3] for c in combo]),
-                )
-                for combo in itertools.product(*dims)
+        # Many chunks: the product is folded from the last axis. Each combination of the later
+        # axes is made once as (key suffix, chunk selection, out selection, complete); a
+        # request is then one concatenation of an axis-0 head with a suffix, not a join and
+        # three tuples over every axis.
+        sep = self._sep
+        tail: list[tuple[str, tuple[Any, ...], tuple[Any, ...], bool]] = [("", (), (), True)]
+        for dim in reversed(per_dim[1:]):
+            tail = [
+                (sep + str(ix) + k, (cs, *c), o if os is None else (os, *o), done and d)
+                for ix, cs, os, done in dim
+                for k, c, o, d in tail
             ]
+        heads = [
+            (self._key_prefix + str(ix), (cs,), () if os is None else (os,), done)
+            for ix, cs, os, done in per_dim[0]
+        ]
+        make = new_request
         return [
-            ChunkRequest(
-                key=prefix + sep.join([c[0] for c in combo]),
-                chunk_selection=tuple([c[1] for c in combo]),
-                out_selection=tuple([combo[i][2] for i in kept]),
-                complete=all([c[3] for c in combo]),
-            )
-            for combo in itertools.product(*dims)
+            make(h + k, hc + c, ho + o, hd and d) for h, hc, ho, hd in heads for k, c, o, d in tail
         ]
 
     # ------------------------------------------------------------------ zarr's indexers

@@ -25,7 +25,7 @@ from cuzarr.codecs.build import build_chunk_codec
 from cuzarr.codecs.chain import ChunkCodec
 from cuzarr.config import Settings, get_settings, zarr_gpu_buffers_for
 from cuzarr.engine import ArrayEngine
-from cuzarr.engine.requests import ChunkRequest
+from cuzarr.engine.requests import ChunkRequest, new_request
 from cuzarr.errors import UnsupportedError
 from cuzarr.metadata import parse_v2, parse_v3
 from cuzarr.stores import from_zarr_store, track_zarr_loop
@@ -265,11 +265,11 @@ class Pipeline(CodecPipeline):
                     return "irregular chunk shapes"
                 spec0 = chunk_spec
             append(
-                ChunkRequest(
-                    key=getter.path,
-                    chunk_selection=chunk_sel if type(chunk_sel) is tuple else tuple(chunk_sel),  # type: ignore[arg-type]
-                    out_selection=out_sel,
-                    complete=bool(complete),
+                new_request(
+                    getter.path,
+                    chunk_sel if type(chunk_sel) is tuple else tuple(chunk_sel),  # type: ignore[arg-type]
+                    out_sel,
+                    bool(complete),
                 )
             )
         return store, requests

@@ -243,7 +243,7 @@ def test_small_zstd_chunks_go_in_device_waves_not_host_batches(tmp_path, monkeyp
     backend = a._engine._ctx.backend
     assert isinstance(backend, GpuBackend)
     codec = a._engine._ctx.codec
-    assert not backend.batching(codec, 4 * ZSTD_BATCH, remote=False, op="read").parallel
+    assert not backend.batching(codec, 4 * ZSTD_BATCH, remote=False, op="read", threads=2).parallel
     out = cp.zeros(data.shape, data.dtype)
     keys = ["c/0/0/0", "c/0/0/1"]
     sels = [((slice(0, 4),) * 3, (slice(0, 4),) * 3)] * 2

@@ -154,8 +154,11 @@ class Backend(Protocol):
         """A writable copy of ``array`` as ``dtype``."""
         ...
 
-    def batching(self, codec: Codec, n: int, *, remote: bool, op: Op) -> Batching:
-        """How to group ``n`` chunk reads (fetch and decode), decodes or encodes."""
+    def batching(self, codec: Codec, n: int, *, remote: bool, op: Op, threads: int) -> Batching:
+        """How to group ``n`` chunk reads (fetch and decode), decodes or encodes.
+
+        ``threads`` is how many of the engine's threads run parallel batches.
+        """
         ...
 
     def size_hint(self, codec: Codec) -> int | None:

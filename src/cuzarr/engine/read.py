@@ -4,7 +4,8 @@ Chunks (unsharded arrays). Each request's chunk is fetched, decoded and scattere
 grouped as the backend asks (:meth:`~cuzarr.backends.base.Backend.batching`). On the CPU that
 is one chunk per task, many tasks at once: a chunk that maps onto a whole region of the output
 is decoded straight into it (an uncompressed one read straight into it), any other into a
-scratch chunk and copied once. Many small zstd chunks go in batches of 16: from local files,
+scratch chunk and copied once. Many small zstd chunks go in batches (16 to 128 chunks, two
+batches per thread at least: :func:`~cuzarr.backends.cpu.read_batch_size`): from local files,
 read, decoded and copied into the output in one call into C (:meth:`Backend.read_batch`),
 else fetched and decoded in one GIL-free call.
 On the GPU a whole wave is fetched on the I/O threads and decoded in one call.
@@ -105,7 +106,9 @@ def read_chunks(
 
     if len(requests) == 1:  # chunk by chunk reads: no planning of batches
         return [one(requests[0])]
-    batching = backend.batching(codec, len(requests), remote=store.caps.remote, op="read")
+    batching = backend.batching(
+        codec, len(requests), remote=store.caps.remote, op="read", threads=ctx.settings.n_threads
+    )
     io = io_threads(store, ctx.settings)
     if batching.size == 1 and batching.parallel:
         return parallel_map(one, requests, io)
@@ -265,7 +268,9 @@ def read_shards(
                     r.dest[_inner_region(sh.chunk_shape, r.origin, b)] = ctx.fill
                 else:
                     tasks.append((r, b, src))
-        batching = backend.batching(sh.inner, len(tasks), remote=policy.remote, op="decode")
+        batching = backend.batching(
+            sh.inner, len(tasks), remote=policy.remote, op="decode", threads=n
+        )
 
         def decode(batch: Sequence[tuple[_ShardItem, tuple[int, ...], Any]]) -> None:
             decode_items = [

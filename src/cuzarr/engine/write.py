@@ -105,7 +105,9 @@ def write_chunks(
 ) -> None:
     """Merge ``value`` into the requested chunks of an unsharded array and store them."""
     codec, backend = ctx.codec, ctx.backend
-    batching = backend.batching(codec, len(requests), remote=store.caps.remote, op="encode")
+    batching = backend.batching(
+        codec, len(requests), remote=store.caps.remote, op="encode", threads=ctx.settings.n_threads
+    )
     io = io_threads(store, ctx.settings)
 
     def encode_kept(chunks: Sequence[Any]) -> dict[int, Buf]:
@@ -256,7 +258,9 @@ def _merge_shards(
     assert sh is not None
     backend = ctx.backend
     kept = [item for w in plans for item in w.kept]
-    batching = backend.batching(sh.inner, len(kept), remote=remote, op="decode")
+    batching = backend.batching(
+        sh.inner, len(kept), remote=remote, op="decode", threads=ctx.settings.n_threads
+    )
     if kept and not batching.parallel:
         backend.decode(sh.inner, kept, ctx.where)
         for w in plans:
@@ -306,7 +310,11 @@ def write_shards(
                     (w, i, region) for w in plans if not w.grid for i, region in w.touched
                 ]
                 batching = backend.batching(
-                    sh.inner, len(tasks), remote=store.caps.remote, op="encode"
+                    sh.inner,
+                    len(tasks),
+                    remote=store.caps.remote,
+                    op="encode",
+                    threads=ctx.settings.n_threads,
                 )
 
                 def encode(batch: Sequence[tuple[_ShardWrite, int, tuple[slice, ...]]]) -> None:

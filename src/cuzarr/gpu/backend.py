@@ -102,7 +102,7 @@ class GpuBackend:
 
     # ------------------------------------------------------------------ planning
 
-    def batching(self, codec: Codec, n: int, *, remote: bool, op: Op) -> Batching:
+    def batching(self, codec: Codec, n: int, *, remote: bool, op: Op, threads: int) -> Batching:
         """Waves: up to ``max_bytes_in_flight`` decoded bytes and ``MAX_BATCH`` chunks per call."""
         per_wave = max(1, self.settings.max_bytes_in_flight // max(1, codec.nbytes))
         return Batching(size=max(1, min(MAX_BATCH, per_wave, n)), parallel=False)
