@@ -170,6 +170,15 @@ class GridIndexer:
         IndexError
             For out-of-bounds integers, zero steps, too many indices or two ellipses.
         """
+        if (
+            type(selection) is tuple
+            and len(selection) == self.ndim
+            and self.ndim
+            and all([type(s) is slice for s in selection])
+        ):
+            plan = self._windows(selection)
+            if plan is not None:
+                return plan
         parsed = self.parse_basic(selection)
         if parsed is None:
             return None
@@ -224,6 +233,52 @@ class GridIndexer:
             scalar=scalar and not newaxes and (has_ellipsis or not self.ndim),
         )
 
+    def _windows(self, selection: tuple[slice, ...]) -> BasicPlan | None:
+        """Plan one slice of step 1 per axis (windows, chunk regions: the common case) quickly.
+
+        The same plan as the general path without its per-axis dispatch, and a window inside
+        one chunk (a chunk-by-chunk read) projected in place. ``None`` (the general path) for
+        other steps and empty slices.
+        """
+        bounds: list[tuple[int, int]] = []
+        single = True
+        for s, n, c in zip(selection, self.shape, self.chunks, strict=True):
+            if s.step is not None and s.step != 1:
+                return None
+            start, stop, _ = s.indices(n)
+            if stop <= start:
+                return None
+            bounds.append((start, stop))
+            single = single and start // c == (stop - 1) // c
+        if single:
+            coords: list[str] = []
+            chunk_sel: list[slice] = []
+            out_sel: list[slice] = []
+            complete = True
+            for (start, stop), n, c in zip(bounds, self.shape, self.chunks, strict=True):
+                first = start // c
+                off = first * c
+                coords.append(str(first))
+                chunk_sel.append(slice(start - off, stop - off, 1))
+                out_sel.append(slice(0, stop - start))
+                complete = complete and start == off and stop >= min(off + c, n)
+            key = self._key_prefix + self._sep.join(coords)
+            requests = [new_request(key, tuple(chunk_sel), tuple(out_sel), complete)]
+        else:
+            requests = self._requests(
+                [
+                    _slice_projections(start, stop, 1, n, c)
+                    for (start, stop), n, c in zip(bounds, self.shape, self.chunks, strict=True)
+                ]
+            )
+        return BasicPlan(
+            requests=requests,
+            shape=tuple([stop - start for start, stop in bounds]),
+            flip=None,
+            newaxes=(),
+            scalar=False,
+        )
+
     def region(self, region: Sequence[tuple[int, int]]) -> list[ChunkRequest]:
         """Requests for the box ``[(start, stop), ...]`` (in bounds, step 1, every axis kept)."""
         per_dim = [
@@ -235,13 +290,13 @@ class GridIndexer:
     def _requests(self, per_dim: list[list[DimProjection]]) -> list[ChunkRequest]:
         if all(len(p) == 1 for p in per_dim):
             # One chunk: no product, one request.
-            coords = [p[0][0] for p in per_dim]
+            only = [p[0] for p in per_dim]
             return [
-                ChunkRequest(
-                    key=self.key(coords),
-                    chunk_selection=tuple(p[0][1] for p in per_dim),
-                    out_selection=tuple(p[0][2] for p in per_dim if p[0][2] is not None),
-                    complete=all(p[0][3] for p in per_dim),
+                new_request(
+                    self.key([p[0] for p in only]),
+                    tuple([p[1] for p in only]),
+                    tuple([p[2] for p in only if p[2] is not None]),
+                    all([p[3] for p in only]),
                 )
             ]
         if any(not dim for dim in per_dim):

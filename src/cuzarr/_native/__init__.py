@@ -42,7 +42,7 @@ __all__ = [
 
 LIBRARY = Path(__file__).with_name("libczbatch.so")
 #: The helper's ``cz_abi_version()``: a library built from another source is not used.
-ABI_VERSION = 12
+ABI_VERSION = 13
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -63,8 +63,7 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.cz_gather.argtypes = [_I64, _P, _P, _P, _P, _P]
     lib.cz_gather.restype = None
     lib.cz_read_zstd_boxes.argtypes = [
-        _P, _P, _P, _I64, ctypes.c_char_p, _P, _P, _I64, _P, _I64, ctypes.c_int32, _P, _I64, _P,
-        _P, _P, _P,
+        _P, _P, _P, _I64, ctypes.c_char_p, _I64, _I64, ctypes.c_int32, _I64, _P, _P, _P, _P,
     ]
     lib.cz_read_zstd_boxes.restype = _I64
     lib.cz_put_files.argtypes = [

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -31,7 +32,7 @@ typedef int (*cz_compress_fn)(int, int, size_t, size_t, const void *, void *, si
                               const char *, size_t, int);
 
 /* The ABI version Python checks before using the library (bump on any signature change). */
-int cz_abi_version(void) { return 12; }
+int cz_abi_version(void) { return 13; }
 
 /*
  * Decompress n frames, frame i starting at src + src_offsets[i], into dest + dest_offsets[i]
@@ -209,31 +210,52 @@ static void cz_copy_box(const uint8_t *chunk, const int64_t *chunk_shape, int32_
  * Read, decode and place n small zstd chunks, each a file, in one call (the GIL released
  * once for every system call, decode and copy of the batch).
  *
- * File i is the NUL-terminated path at paths + path_offsets[i]. It is read into stored (cap
- * bytes, one read call), decoded with the caller's context dctx (ZSTD_createDCtx; one per thread, reused
- * from batch to batch: making one per batch cost ~5 % of a read of 8 KiB chunks) into chunk
- * (nbytes: the chunk, C order, chunk_shape of
- * ndim dimensions, itemsize bytes per element), and the box boxes[i] = (chunk start, out
- * start, extent), ndim values each, is copied into out (see cz_copy_box). status[i]: 1 placed,
- * 0 the file does not exist (ENOENT, ENOTDIR: nothing written), -1 not done here (any other
- * error, a file of cap bytes or more, or one that does not decode to exactly nbytes: the
- * caller reads it the general way, which names the problem). Returns how many were placed, -1
- * for arguments it refuses (nothing done).
+ * paths holds the n files' NUL-terminated paths one after another. shapes holds the chunk's
+ * shape, the output's shape and the output's byte strides (ndim values each; the chunk is C
+ * ordered, itemsize bytes per element, nbytes in all). boxes[i] = (chunk start, out start,
+ * extent), ndim values each: every box is checked to lie inside the chunk and the output
+ * before anything is read. File i is read into a scratch buffer of cap bytes (one read call),
+ * decoded with the caller's context dctx (ZSTD_createDCtx; one per thread, reused from batch
+ * to batch: making one per batch cost ~5 % of a read of 8 KiB chunks) into a scratch chunk,
+ * and its box copied into out (see cz_copy_box). status[i]: 1 placed, 0 the file does not
+ * exist (ENOENT, ENOTDIR: nothing written), -1 not done here (any other error, a file of cap
+ * bytes or more, or one that does not decode to exactly nbytes: the caller reads it the
+ * general way, which names the problem). Returns how many were placed; -1 for arguments it
+ * refuses, -2 for a box outside the chunk or the output, -3 when the scratch buffers cannot
+ * be allocated (nothing done in all three).
  */
 int64_t cz_read_zstd_boxes(void *dctx, cz_zstd_decompress_fn decompress,
-                           cz_zstd_iserror_fn iserror, int64_t n, const char *paths,
-                           const int64_t *path_offsets, uint8_t *stored, int64_t cap,
-                           uint8_t *chunk, int64_t nbytes, int32_t ndim,
-                           const int64_t *chunk_shape, int64_t itemsize, const int64_t *boxes,
-                           uint8_t *out, const int64_t *out_strides, int64_t *status)
+                           cz_zstd_iserror_fn iserror, int64_t n, const char *paths, int64_t cap,
+                           int64_t nbytes, int32_t ndim, int64_t itemsize, const int64_t *shapes,
+                           const int64_t *boxes, uint8_t *out, int64_t *status)
 {
-    if (ndim < 1 || ndim > CZ_MAX_DIMS || dctx == NULL) {
+    if (ndim < 1 || ndim > CZ_MAX_DIMS || dctx == NULL || n < 0 || cap < 1 || nbytes < 1) {
         return -1;
     }
-    int64_t placed = 0;
+    const int64_t *chunk_shape = shapes, *out_shape = shapes + ndim;
+    const int64_t *out_strides = shapes + 2 * (int64_t)ndim;
     for (int64_t i = 0; i < n; i++) {
+        const int64_t *box = boxes + i * 3 * (int64_t)ndim;
+        for (int32_t d = 0; d < ndim; d++) {
+            int64_t start = box[d], at = box[ndim + d], extent = box[2 * ndim + d];
+            /* Written so that no sum can overflow: every bound is checked before it is used. */
+            if (start < 0 || at < 0 || extent < 0 || start > chunk_shape[d] ||
+                at > out_shape[d] || extent > chunk_shape[d] - start ||
+                extent > out_shape[d] - at) {
+                return -2;
+            }
+        }
+    }
+    uint8_t *stored = malloc((size_t)cap + (size_t)nbytes);
+    if (stored == NULL) {
+        return -3;
+    }
+    uint8_t *chunk = stored + cap;
+    int64_t placed = 0;
+    const char *path = paths;
+    for (int64_t i = 0; i < n; i++, path += strlen(path) + 1) {
         status[i] = -1;
-        int fd = open(paths + path_offsets[i], O_RDONLY | O_CLOEXEC);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
             if (errno == ENOENT || errno == ENOTDIR) {
                 status[i] = 0;
@@ -261,6 +283,7 @@ int64_t cz_read_zstd_boxes(void *dctx, cz_zstd_decompress_fn decompress,
         status[i] = 1;
         placed++;
     }
+    free(stored);
     return placed;
 }
 

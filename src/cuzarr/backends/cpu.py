@@ -52,12 +52,11 @@ __all__ = ["CpuBackend", "cpu_pool", "parallel_map"]
 ZSTD_BATCH = 16
 ZSTD_BATCH_MAX_CHUNK = 128 * 1024
 ZSTD_BATCHES = Batching(size=ZSTD_BATCH, parallel=True)
-#: Reads of many such chunks from local files (read, decode and place in one C call per batch,
-#: :meth:`CpuBackend.read_batch`) take up to this many per batch, two batches per thread at
-#: least: each call costs ~70 us of Python and ctypes whatever its size. Measured (AMD VM, 2
-#: threads, tmpfs, 8 KiB chunks), speed against batches of 16: 4,096 chunks 1.22x in batches
-#: of 128 (256: 0.87x of 64's, threads idle at the end); 1,024 chunks 1.19x in 64 or 128;
-#: 128 chunks 1.05x in 32, 0.80x in one batch of 128.
+#: Local reads of many such chunks take up to this many per batch, two batches per thread at
+#: least (:func:`read_batch_size`): a call costs ~40 us of set-up (~70 before ABI 13). Measured
+#: (2 threads, tmpfs, 8 KiB chunks, ABI 12) against batches of 16: 4,096 chunks 1.22x in 128
+#: (256: 0.87x of 64's); 1,024 1.19x in 64 or 128; 128 chunks 1.05x in 32, 0.80x in one batch
+#: of 128. With ABI 13: 4,096 chunks 1.11x in 128.
 ZSTD_READ_BATCH_MAX = 128
 
 #: Boxes of at least this many inner chunks decode at once (:meth:`CpuBackend.decode_grid`), in
@@ -356,6 +355,7 @@ class CpuBackend:
         _codec, small, bound, nbytes = self._zstd_params(codec)
         if not (
             small
+            and codec.shape  # 0-d arrays: the general way
             and bound is not None
             and nbytes > 0
             and store.caps.device_reads

@@ -105,7 +105,18 @@ def read_chunks(
         return True
 
     if len(requests) == 1:  # chunk by chunk reads: no planning of batches
-        return [one(requests[0])]
+        req = requests[0]
+        if not raw and not drop_axes:
+            # A batch of one where the backend places chunks itself (small zstd chunks of local
+            # files on the CPU: one call into C instead of a read, a decode and a copy).
+            placed = backend.read_batch(
+                store, codec, [req.key], [(req.chunk_selection, req.out_selection)], out
+            )
+            if placed is not None and placed[0] >= 0:
+                if placed[0] == 0:
+                    out[req.out_selection] = ctx.fill
+                return [placed[0] == 1]
+        return [one(req)]
     batching = backend.batching(
         codec, len(requests), remote=store.caps.remote, op="read", threads=ctx.settings.n_threads
     )
@@ -236,6 +247,10 @@ def read_shards(
     """
     sh = ctx.sharding
     assert sh is not None and ctx.shards is not None
+    if len(items) == 1:
+        one = _one_inner_chunk(ctx, store, *items[0], coalescing)
+        if one is not None:
+            return [one]
     groups: dict[str, list[int]] = {}
     for i, (req, _out, _drop) in enumerate(items):
         groups.setdefault(req.key, []).append(i)
@@ -289,6 +304,65 @@ def read_shards(
         parallel_map(scatter_item, reads, n)
         pool.release()
     return results
+
+
+def _one_inner_chunk(
+    ctx: ArrayContext,
+    store: ChunkStore,
+    req: ChunkRequest,
+    out: Any,
+    drop_axes: tuple[int, ...],
+    coalescing: Coalescing | None,
+) -> bool | None:
+    """A box inside one inner chunk of a shard (chunk by chunk reads); ``None``: not one.
+
+    What the general path does for it, without its planning for many items and inner chunks
+    (measured: ~60 % of a chunk-by-chunk read of 8 KiB inner chunks): the one inner chunk
+    fetched, decoded (into the output itself where the box is the whole inner chunk), the
+    box copied.
+    """
+    sh = ctx.sharding
+    assert sh is not None and ctx.shards is not None
+    selection = req.chunk_selection
+    inner = sh.chunk_shape
+    if drop_axes or type(selection) is not tuple or len(selection) != len(inner):
+        return None
+    block: list[int] = []
+    local: list[slice] = []
+    flat = 0
+    for s, c, per in zip(selection, inner, sh.chunks_per_shard, strict=True):
+        if type(s) is not slice or s.step not in (None, 1):
+            return None
+        start, stop = s.start, s.stop
+        if type(start) is not int or type(stop) is not int or not 0 <= start < stop:
+            return None
+        b = start // c
+        if (stop - 1) // c != b:
+            return None
+        block.append(b)
+        local.append(slice(start - b * c, stop - b * c))
+        flat = flat * per + b
+    try:
+        policy = read_policy(store, ctx.settings, coalescing)
+        found = ctx.shards.fetch(store, req.key, [flat], policy)
+    except CorruptChunkError as exc:
+        raise CorruptChunkError(f"Corrupt {ctx.shard_where(req.key)}: {exc}") from exc
+    src = None if found is None else found.sources.get(flat)
+    if src is None:
+        out[req.out_selection] = ctx.fill
+        return found is not None
+    dest = None
+    sel = req.out_selection
+    if all(p.start == 0 and p.stop == c for p, c in zip(local, inner, strict=True)) and (
+        type(sel) is tuple and all(type(o) is slice for o in sel)
+    ):
+        view = out[(*sel, Ellipsis)]
+        dest = view if view.shape == inner else None
+    item = DecodeItem(src, dest, req.key, tuple(block))
+    chunk = ctx.backend.decode(sh.inner, [item], ctx.where)[0]
+    if dest is None:
+        out[sel] = chunk[tuple(local)]
+    return True
 
 
 def _fetch_group(
