@@ -317,9 +317,9 @@ def _one_inner_chunk(
     """A box inside one inner chunk of a shard (chunk by chunk reads); ``None``: not one.
 
     What the general path does for it, without its planning for many items and inner chunks
-    (measured: ~60 % of a chunk-by-chunk read of 8 KiB inner chunks): the one inner chunk
-    fetched, decoded (into the output itself where the box is the whole inner chunk), the
-    box copied.
+    (measured: ~40 % of a chunk-by-chunk read of 8 KiB inner chunks, 208 -> 128 us a call):
+    the one inner chunk fetched, decoded (into the output itself where the box is the whole
+    inner chunk), the box copied.
     """
     sh = ctx.sharding
     assert sh is not None and ctx.shards is not None
