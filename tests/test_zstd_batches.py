@@ -316,6 +316,13 @@ def test_read_boxes_statuses_and_bounds(tmp_path: Path) -> None:
     expected[0:2] = chunk
     expected[2:3, 0:2, 0:2] = chunk[1:2, 1:3, 2:4]
     assert_same_array(out, expected)
+    # Boxes that are not contiguous (a strided view) are taken as their values.
+    spread = np.zeros((12, 3, 3), np.int64)
+    spread[::2] = boxes
+    out2 = np.zeros_like(out)
+    status = zstd_batch.read_boxes(paths, len(frame) + 1, (2, 3, 4), 2, spread[::2], out2)
+    assert status.tolist() == [1, 0, -1, -1, -1, 1]
+    assert_same_array(out2, expected)
     outside = np.array([[0, 0, 0], [3, 0, 0], [2, 3, 4]], np.int64).reshape(1, 3, 3)
     with pytest.raises(ValueError, match="outside"):
         zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 2, outside, out)

@@ -215,10 +215,11 @@ def read_boxes(
     block[ndim : 2 * ndim] = out.shape
     block[2 * ndim : 3 * ndim] = out.strides
     base = address(block)
+    boxes = np.ascontiguousarray(boxes)  # held here: the helper reads it during the call
     placed = entry.helper.cz_read_zstd_boxes(
         _thread_dctx(entry), entry.decompress, entry.is_error, n, blob, cap,
         itemsize * math.prod(chunk_shape), ndim, itemsize, base,
-        address(np.ascontiguousarray(boxes)), int(out.ctypes.data), base + 8 * 3 * ndim,
+        address(boxes), int(out.ctypes.data), base + 8 * 3 * ndim,
     )
     if placed == -2:
         raise ValueError("read_boxes: a box lies outside its chunk or the output")
