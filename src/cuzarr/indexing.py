@@ -236,44 +236,32 @@ class GridIndexer:
     def _windows(self, selection: tuple[slice, ...]) -> BasicPlan | None:
         """Plan one slice of step 1 per axis (windows, chunk regions: the common case) quickly.
 
-        The same plan as the general path without its per-axis dispatch, and a window inside
-        one chunk (a chunk-by-chunk read) projected in place. ``None`` (the general path) for
-        other steps and empty slices.
+        The same plan as the general path without its per-axis dispatch; an axis within one
+        chunk (every axis of a chunk-by-chunk read) is projected in place. ``None`` (the
+        general path) for other steps and empty slices.
         """
-        bounds: list[tuple[int, int]] = []
-        single = True
+        per_dim: list[list[DimProjection]] = []
+        shape_out: list[int] = []
         for s, n, c in zip(selection, self.shape, self.chunks, strict=True):
             if s.step is not None and s.step != 1:
                 return None
             start, stop, _ = s.indices(n)
             if stop <= start:
                 return None
-            bounds.append((start, stop))
-            single = single and start // c == (stop - 1) // c
-        if single:
-            coords: list[str] = []
-            chunk_sel: list[slice] = []
-            out_sel: list[slice] = []
-            complete = True
-            for (start, stop), n, c in zip(bounds, self.shape, self.chunks, strict=True):
-                first = start // c
+            shape_out.append(stop - start)
+            first = start // c
+            if first == (stop - 1) // c:
+                # Inside one chunk: _slice_projections' one projection, made in place.
                 off = first * c
-                coords.append(str(first))
-                chunk_sel.append(slice(start - off, stop - off, 1))
-                out_sel.append(slice(0, stop - start))
-                complete = complete and start == off and stop >= min(off + c, n)
-            key = self._key_prefix + self._sep.join(coords)
-            requests = [new_request(key, tuple(chunk_sel), tuple(out_sel), complete)]
-        else:
-            requests = self._requests(
-                [
-                    _slice_projections(start, stop, 1, n, c)
-                    for (start, stop), n, c in zip(bounds, self.shape, self.chunks, strict=True)
-                ]
-            )
+                complete = start == off and stop >= min(off + c, n)
+                per_dim.append(
+                    [(first, slice(start - off, stop - off, 1), slice(0, stop - start), complete)]
+                )
+            else:
+                per_dim.append(_slice_projections(start, stop, 1, n, c))
         return BasicPlan(
-            requests=requests,
-            shape=tuple([stop - start for start, stop in bounds]),
+            requests=self._requests(per_dim),
+            shape=tuple(shape_out),
             flip=None,
             newaxes=(),
             scalar=False,

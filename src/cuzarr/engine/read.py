@@ -49,7 +49,11 @@ def whole_view(out: Any, req: ChunkRequest, shape: tuple[int, ...], drop_axes: A
     """The region of ``out`` a whole chunk of ``shape`` lands in, as a view; else ``None``."""
     if drop_axes or not is_full(req.chunk_selection, shape):
         return None
-    sel = req.out_selection
+    return region_view(out, req.out_selection, shape)
+
+
+def region_view(out: Any, sel: Any, shape: tuple[int, ...]) -> Any:
+    """``out[sel]`` as a view if ``sel`` is slices and the region has ``shape``, else ``None``."""
     if isinstance(sel, slice):
         sel = (sel,)
     if not (isinstance(sel, tuple) and all(isinstance(s, slice) for s in sel)):
@@ -351,13 +355,9 @@ def _one_inner_chunk(
     if src is None:
         out[req.out_selection] = ctx.fill
         return found is not None
-    dest = None
     sel = req.out_selection
-    if all(p.start == 0 and p.stop == c for p, c in zip(local, inner, strict=True)) and (
-        type(sel) is tuple and all(type(o) is slice for o in sel)
-    ):
-        view = out[(*sel, Ellipsis)]
-        dest = view if view.shape == inner else None
+    whole = all(p.start == 0 and p.stop == c for p, c in zip(local, inner, strict=True))
+    dest = region_view(out, sel, inner) if whole else None
     item = DecodeItem(src, dest, req.key, tuple(block))
     chunk = ctx.backend.decode(sh.inner, [item], ctx.where)[0]
     if dest is None:
