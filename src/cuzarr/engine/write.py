@@ -18,6 +18,7 @@ untouched inner chunks, and puts it once.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ import numpy.typing as npt
 from cuzarr.backends.base import EACH, DecodeItem, EncodedGrid
 from cuzarr.backends.cpu import parallel_map
 from cuzarr.codecs.base import Buf
-from cuzarr.codecs.sharding.format import InnerSources
+from cuzarr.codecs.sharding.format import EMPTY, InnerSources
 from cuzarr.engine.box_writes import box_batching, box_plan, put_whole
 from cuzarr.engine.context import ArrayContext, run_batches, waves
 from cuzarr.engine.locks import write_locks
@@ -42,9 +43,10 @@ from cuzarr.engine.selection import (
     rebase,
     selection_box,
 )
+from cuzarr.engine.shard_splice import grid_blobs, old_index, splice_pieces
 from cuzarr.errors import CorruptChunkError
 from cuzarr.stores import io_threads
-from cuzarr.stores.base import ChunkStore, GetResult, PutMode
+from cuzarr.stores.base import ChunkStore, GetResult, ObjectReader, PutMode
 
 __all__ = ["put_args", "write_chunks", "write_shards"]
 
@@ -244,6 +246,11 @@ class _ShardWrite:
     #: The touched inner chunks encoded at once (``Backend.encode_grid``), set in phase two:
     #: then ``stored`` is not used.
     grid: list[EncodedGrid] = field(default_factory=list)
+    #: The open old shard and its decoded index, where the store splices (:func:`_splices`):
+    #: the new shard keeps the stored bytes of untouched inner chunks as ranges of it
+    #: (``ChunkStore.put_spliced``); then ``old_shard`` is ``None``. Closed by write_shards.
+    source: ObjectReader | None = None
+    table: npt.NDArray[np.uint64] | None = None
 
 
 def _merge_shards(
@@ -291,15 +298,17 @@ def write_shards(
     backend = ctx.backend
     n = io_threads(store, ctx.settings)
     for wave in waves(requests, ctx.per_wave(ctx.codec.nbytes)):
+        # Old shards opened for splicing, closed when the wave is done (or fails).
+        sources: list[ObjectReader] = []
+
+        def plan(
+            r: ChunkRequest, keep: Callable[[ObjectReader], None] = sources.append
+        ) -> _ShardWrite | None:
+            return _plan_shard(ctx, store, r, value, drop_axes, keep)
+
         try:
             with write_locks(store, [r.key for r in wave]):
-                plans = [
-                    p
-                    for p in parallel_map(
-                        lambda r: _plan_shard(ctx, store, r, value, drop_axes), wave, n
-                    )
-                    if p is not None
-                ]
+                plans = [p for p in parallel_map(plan, wave, n) if p is not None]
                 _merge_shards(ctx, plans, n, remote=store.caps.remote)
                 for w in plans:
                     _encode_grid(ctx, w, write_empty_chunks, n)
@@ -336,6 +345,19 @@ def write_shards(
                 run_batches(encode, tasks, batching, n)
 
                 def put(w: _ShardWrite) -> None:
+                    if w.source is not None:
+                        assert w.table is not None
+                        if w.grid:
+                            indexes = [i for i, _r in w.touched]
+                            new = grid_blobs(indexes, w.grid[0][0], w.grid[0][1])
+                        else:
+                            new = {i: w.stored.get(i, _NO_BYTES) for i, _r in w.touched}
+                        pieces = splice_pieces(sh, w.table, new)
+                        if pieces is None:
+                            store.delete(w.key)
+                        else:
+                            store.put_spliced(w.key, w.source, pieces)
+                        return
                     if w.grid:
                         flat = np.fromiter((i for i, _r in w.touched), np.intp, len(w.touched))
                         rows, sizes = w.grid[0]
@@ -352,6 +374,8 @@ def write_shards(
 
                 parallel_map(put, plans, n)
         finally:
+            for source in sources:
+                source.close()
             if ctx.shards is not None:
                 for req in wave:
                     ctx.shards.forget(req.key)
@@ -379,10 +403,13 @@ def _plan_shard(
     req: ChunkRequest,
     value: Any,
     drop_axes: tuple[int, ...],
+    opened: Callable[[ObjectReader], None],
 ) -> _ShardWrite | None:
     """Read the shard a write keeps part of; plan the merge of its touched inner chunks.
 
     The kept inner chunks are decoded and the new values written by :func:`_merge_shards`.
+    Where the store splices (:func:`_splices`), only the old index and the inner chunks the
+    write keeps part of are read, from one open version of the shard (handed to ``opened``).
     """
     sh = ctx.sharding
     assert sh is not None
@@ -410,7 +437,17 @@ def _plan_shard(
     old: Mapping[int, Buf] = {}
     old_shard = None
     got: GetResult | None = None
-    if not whole:
+    source: ObjectReader | None = None
+    table: npt.NDArray[np.uint64] | None = None
+    if not whole and _splices(store):
+        source = store.open_object(req.key)
+        if source is not None:
+            opened(source)
+            try:
+                table = old_index(sh, source)
+            except CorruptChunkError as exc:
+                raise CorruptChunkError(f"Corrupt {ctx.shard_where(req.key)}: {exc}") from exc
+    elif not whole:
         got = store.get(req.key, fresh=True)
         if got is not None:
             try:
@@ -424,21 +461,50 @@ def _plan_shard(
     lo = tuple(int(d[0]) * c for d, c in zip(per_dim, inner_shape, strict=True))
     hi = tuple((int(d[-1]) + 1) * c for d, c in zip(per_dim, inner_shape, strict=True))
     box = selection_box(req.chunk_selection, shard_shape)
-    backend = ctx.backend
-    buf = backend.empty(tuple(b - a for a, b in zip(lo, hi, strict=True)), ctx.codec.dtype)
-    touched = []
+    extent = tuple(b - a for a, b in zip(lo, hi, strict=True))
+    # Per axis, each touched block's slice of ``buf`` and whether the write covers it there:
+    # a block is covered where it is covered along every axis (products in C order, as
+    # ``blocks`` and ``flat``).
+    slices = [
+        [slice(int(x) * c - o, (int(x) + 1) * c - o) for x in d]
+        for d, c, o in zip(per_dim, inner_shape, lo, strict=True)
+    ]
+    touched = list(zip(flat, itertools.product(*slices), strict=True))
+    cover = [
+        [box is not None and box[k][0] <= int(x) * c and (int(x) + 1) * c <= box[k][1] for x in d]
+        for k, (d, c) in enumerate(zip(per_dim, inner_shape, strict=True))
+    ]
+    partial = (
+        []
+        if all(all(axis) for axis in cover)
+        else [
+            (i, b, region)
+            for (i, region), b, covered in zip(
+                touched, blocks, itertools.product(*cover), strict=True
+            )
+            if not all(covered)
+        ]
+    )
+
+    def planned(
+        src: Any, kept: list[DecodeItem], fill: Callable[[], None] | None
+    ) -> _ShardWrite:
+        return _ShardWrite(
+            key=req.key, src=src, touched=touched, read=not whole, old=got, kept=kept,
+            fill=fill, old_shard=old_shard, source=source, table=table,
+        )
+
+    if not partial and value.ndim != 0 and not drop_axes:
+        # Every touched inner chunk is covered whole: encode straight from the value's view
+        # (the box of the touched inner chunks is the write's, so the shapes match).
+        view = value[req.out_selection]
+        if view.shape == extent:
+            return planned(view, [], None)
+    if source is not None and table is not None and partial:
+        old = _stored_bytes(source, table, [i for i, _b, _r in partial])
+    buf = ctx.backend.empty(extent, ctx.codec.dtype)
     kept: list[DecodeItem] = []
-    for i, b in zip(flat, blocks, strict=True):
-        region = tuple(
-            slice(x * c - o, (x + 1) * c - o) for x, c, o in zip(b, inner_shape, lo, strict=True)
-        )
-        touched.append((i, region))
-        covered = box is not None and all(
-            s <= x * c and (x + 1) * c <= e
-            for (s, e), x, c in zip(box, b, inner_shape, strict=True)
-        )
-        if covered:
-            continue
+    for i, b, region in partial:
         stored = old.get(i)
         if stored is None:
             buf[region] = ctx.fill
@@ -453,13 +519,30 @@ def _plan_shard(
         else:
             buf[sel] = _expand(value[req.out_selection], len(shard_shape), drop_axes)
 
-    return _ShardWrite(
-        key=req.key,
-        src=buf,
-        touched=touched,
-        read=not whole,
-        old=got,
-        kept=kept,
-        fill=fill,
-        old_shard=old_shard,
-    )
+    return planned(buf, kept, fill)
+
+
+#: The bytes of an inner chunk made empty by a write (``splice_pieces``).
+_NO_BYTES = b""
+
+
+def _splices(store: ChunkStore) -> bool:
+    """Whether partial shard writes to ``store`` splice (``ChunkStore.put_spliced``).
+
+    Stores that open one version of an object and have no conditional puts (local folders,
+    memory): the write locks keep the old shard from changing until the new one is in place.
+    """
+    caps = store.caps
+    return caps.open_object and not caps.conditional_put and not caps.remote
+
+
+def _stored_bytes(
+    source: ObjectReader, table: npt.NDArray[np.uint64], flat: Sequence[int]
+) -> dict[int, Buf]:
+    """The stored bytes of the present inner chunks among ``flat`` (one read call)."""
+    offsets: list[int] = table[:, 0].tolist()
+    lengths: list[int] = table[:, 1].tolist()
+    empty = int(EMPTY)
+    present = [i for i in flat if offsets[i] != empty]
+    got = source.read([(offsets[i], lengths[i]) for i in present])
+    return dict(zip(present, got, strict=True))

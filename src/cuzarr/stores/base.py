@@ -45,6 +45,7 @@ __all__ = [
     "StaleObjectError",
     "StoreCaps",
     "Suffix",
+    "check_pieces",
 ]
 
 
@@ -350,6 +351,22 @@ class ChunkStore(Protocol):
         """
         ...
 
+    def put_spliced(self, key: str, source: ObjectReader, pieces: Sequence[Range | Buf]) -> None:
+        """Write ``key`` whole (``PutMode.OVERWRITE``, atomically as :meth:`put`) from pieces.
+
+        The object is the concatenation of ``pieces`` in order: a :class:`Range` stands for
+        those bytes of ``source`` (one open version of an object of this store, from
+        :meth:`open_object`, still open), anything else for its own bytes. A shard rewritten
+        in part keeps its untouched inner chunks this way: local folders copy them from the
+        old file inside the kernel (``copy_file_range``) instead of reading and writing them.
+
+        Raises
+        ------
+        ValueError
+            A range outside ``source`` (nothing written).
+        """
+        ...
+
     def put_many(self, keys: Sequence[str], blobs: Sequence[Buf]) -> None:
         """Write whole objects one after another in this thread (``PutMode.OVERWRITE``).
 
@@ -416,6 +433,16 @@ class ChunkStore(Protocol):
         ...
 
 
+def check_pieces(size: int, pieces: Sequence[Range | Buf]) -> None:
+    """Refuse a :meth:`ChunkStore.put_spliced` range outside a source of ``size`` bytes."""
+    for p in pieces:
+        if isinstance(p, Range) and (p.start < 0 or p.length < 0 or p.start + p.length > size):
+            raise ValueError(
+                f"spliced range [{p.start}, {p.start + p.length}) lies outside the source "
+                f"object of {size} bytes"
+            )
+
+
 class BaseChunkStore:
     """Defaults for the methods a store without the matching capability still answers.
 
@@ -479,6 +506,14 @@ class BaseChunkStore:
     ) -> None:  # pragma: no cover - every store implements it
         """See :meth:`ChunkStore.put`."""
         raise NotImplementedError
+
+    def put_spliced(self, key: str, source: ObjectReader, pieces: Sequence[Range | Buf]) -> None:
+        """The ranges read from ``source``, the pieces joined in memory, one :meth:`put`."""
+        check_pieces(source.size, pieces)
+        ranges = [(p.start, p.length) for p in pieces if isinstance(p, Range)]
+        got = iter(source.read(ranges))
+        parts = [as_u8(next(got)) if isinstance(p, Range) else as_u8(p) for p in pieces]
+        self.put(key, np.concatenate(parts) if parts else np.empty(0, np.uint8))
 
     def put_many(self, keys: Sequence[str], blobs: Sequence[Buf]) -> None:
         """One :meth:`put` per key (``PutMode.OVERWRITE``)."""

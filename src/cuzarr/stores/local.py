@@ -22,11 +22,13 @@ from cuzarr.stores.base import (
     BufferPool,
     Coalescing,
     GetResult,
+    ObjectReader,
     PutMode,
     Range,
     Scratch,
     StoreCaps,
     Suffix,
+    check_pieces,
 )
 from cuzarr.stores.replace import EXCHANGE_MIN, TEMP_SUFFIX
 
@@ -91,13 +93,56 @@ def _pread_exact(fd: int, out: memoryview, offset: int) -> int:
     return pos
 
 
+def _write_all(fd: int, view: memoryview) -> None:
+    """Write all of ``view`` at the file position of ``fd``."""
+    pos = 0
+    while pos < len(view):
+        pos += os.write(fd, view[pos:])
+
+
+#: ``errno`` values with which ``copy_file_range`` says it cannot copy between these files
+#: (old kernels, some file systems): the bytes are then read and written here.
+_NO_KERNEL_COPY = frozenset(
+    (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF, errno.EPERM)
+)
+
+
+def _copy_range(src: int, dst: int, start: int, length: int) -> None:
+    """Append bytes ``[start, start + length)`` of file ``src`` to ``dst`` (at its position).
+
+    Raises
+    ------
+    OSError
+        If ``src`` ends before ``start + length`` (it changed under its reader).
+    """
+    done = 0
+    kernel = hasattr(os, "copy_file_range")
+    while done < length:
+        got = 0
+        if kernel:
+            try:
+                got = os.copy_file_range(src, dst, length - done, start + done)
+            except OSError as exc:
+                if exc.errno not in _NO_KERNEL_COPY:
+                    raise
+                kernel = False
+        if not kernel:
+            data = os.pread(src, min(length - done, 1 << 22), start + done)
+            _write_all(dst, memoryview(data))
+            got = len(data)
+        if got == 0:
+            raise OSError(errno.EIO, f"the source file ended {length - done} bytes early")
+        done += got
+
+
 class _FileReader:
     """An open local file: ranges read through one descriptor see one version of the file."""
 
-    __slots__ = ("_fd", "size", "token")
+    __slots__ = ("fd", "size", "token")
 
     def __init__(self, fd: int) -> None:
-        self._fd = fd
+        #: The descriptor (:meth:`LocalChunkStore.put_spliced` copies from it).
+        self.fd = fd
         st = os.fstat(fd)
         self.size = st.st_size
         # Writes replace files by rename, so a new version is a new inode.
@@ -108,12 +153,12 @@ class _FileReader:
         for start, length in ranges:
             n = max(0, min(length, self.size - start))
             buf = np.empty(n, np.uint8)
-            got = _pread_exact(self._fd, memoryview(buf), start)
+            got = _pread_exact(self.fd, memoryview(buf), start)
             out.append(buf[:got])
         return out
 
     def close(self) -> None:
-        os.close(self._fd)
+        os.close(self.fd)
 
 
 class LocalChunkStore(BaseChunkStore):
@@ -288,9 +333,38 @@ class LocalChunkStore(BaseChunkStore):
         are serialized by the engine's write locks (threads and processes), so every mode
         overwrites.
         """
+        view = memoryview(as_u8(data))
+
+        def fill(fd: int) -> None:
+            _write_all(fd, view)
+
+        self._put_via(key, fill, len(view))
+
+    def put_spliced(self, key: str, source: ObjectReader, pieces: Sequence[Range | Buf]) -> None:
+        """Write ``key`` as :meth:`put` does, its ranges copied from ``source`` in the kernel.
+
+        ``source`` must be one of this store's open files (:meth:`open_object`); a range is
+        copied with ``copy_file_range`` (read and written here where the file system refuses
+        it), so the kept bytes of a shard never pass through this process.
+        """
+        if not isinstance(source, _FileReader):
+            raise TypeError(f"put_spliced: {type(source).__name__} is not a file of {self.name}")
+        check_pieces(source.size, pieces)
+        total = sum(p.length if isinstance(p, Range) else memoryview(p).nbytes for p in pieces)
+
+        def fill(fd: int) -> None:
+            for p in pieces:
+                if isinstance(p, Range):
+                    _copy_range(source.fd, fd, p.start, p.length)
+                else:
+                    _write_all(fd, memoryview(as_u8(p)))
+
+        self._put_via(key, fill, total)
+
+    def _put_via(self, key: str, fill: Callable[[int], None], nbytes: int) -> None:
+        """Create a temporary file, ``fill(fd)`` it, move it to ``key`` (see :meth:`put`)."""
         path = self._path(key)
         tmp = replace.temp_names.next(path)
-        view = memoryview(as_u8(data))
         try:
             try:
                 fd = os.open(tmp, _CREATE, 0o644)
@@ -301,13 +375,11 @@ class LocalChunkStore(BaseChunkStore):
                 tmp = replace.temp_names.next(path)  # a leftover of a process with the same token
                 fd = os.open(tmp, _CREATE, 0o644)
             try:
-                pos = 0
-                while pos < len(view):
-                    pos += os.write(fd, view[pos:])
+                fill(fd)
             finally:
                 os.close(fd)
             swapped = None
-            large = len(view) >= EXCHANGE_MIN
+            large = nbytes >= EXCHANGE_MIN
             if (
                 self._exchange is not False
                 and large
@@ -321,8 +393,10 @@ class LocalChunkStore(BaseChunkStore):
                 replace.remover.remove(tmp)  # the temporary name now holds the old file
             else:
                 os.replace(tmp, path)
-        except OSError as exc:
+        except BaseException as exc:
             replace.remove_quietly(tmp)
+            if not isinstance(exc, OSError):
+                raise
             # Every failure (permissions, full disk, a file where a folder should be) names the
             # key and the store; no temporary file is left behind.
             raise StoreError(f"Failed to write chunk '{key}' in {self.name}: {exc}") from exc
