@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.codecs.sharding.format import EMPTY, ShardingCodec
-from cuzarr.errors import CorruptChunkError
+from cuzarr.codecs.sharding.reader import raw_index
 from cuzarr.stores.base import ObjectReader, Range
 
 __all__ = ["grid_blobs", "old_index", "splice_pieces"]
@@ -34,13 +34,7 @@ def old_index(sh: ShardingCodec, reader: ObjectReader) -> npt.NDArray[np.uint64]
     CorruptChunkError
         A shard shorter than its index, or an index that fails its checks.
     """
-    n = sh.index_nbytes
-    if reader.size < n:
-        raise CorruptChunkError(
-            f"shard is {reader.size} bytes, shorter than its {n}-byte index (truncated shard?)"
-        )
-    raw = reader.read([(sh.index_start(reader.size), n)])[0]
-    return sh.decode_index(raw, shard_nbytes=reader.size)
+    return sh.decode_index(raw_index(sh, reader), shard_nbytes=reader.size)
 
 
 def splice_pieces(

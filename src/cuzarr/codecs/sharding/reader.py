@@ -34,7 +34,23 @@ from cuzarr.errors import CorruptChunkError, StaleObjectError
 from cuzarr.stores.base import BufferPool, ChunkStore, ObjectReader, Range, Suffix
 from cuzarr.stores.ranges import ByteRange, CoalescedRange, ReadPolicy, coalesce
 
-__all__ = ["ShardBytes", "ShardReader"]
+__all__ = ["ShardBytes", "ShardReader", "raw_index"]
+
+
+def raw_index(sh: ShardingCodec, reader: ObjectReader) -> bytes:
+    """The stored bytes of the index of the open shard ``reader`` (one read).
+
+    Raises
+    ------
+    CorruptChunkError
+        A shard shorter than its index.
+    """
+    n = sh.index_nbytes
+    if reader.size < n:
+        raise CorruptChunkError(
+            f"shard is {reader.size} bytes, shorter than its {n}-byte index (truncated shard?)"
+        )
+    return bytes(reader.read([(sh.index_start(reader.size), n)])[0])
 
 Table = npt.NDArray[np.uint64]
 #: A cached index: table, shard size if known, version (ETag) if known.
@@ -144,12 +160,7 @@ class ShardReader:
         validated table is reused when the bytes equal the last ones seen for this key.
         """
         sh = self.codec
-        n = sh.index_nbytes
-        if reader.size < n:
-            raise CorruptChunkError(
-                f"shard is {reader.size} bytes, shorter than its {n}-byte index"
-            )
-        raw = bytes(reader.read([(sh.index_start(reader.size), n)])[0])
+        raw = raw_index(sh, reader)
         # The shard size bounds the offsets, so it is part of what must match.
         token = (reader.size, raw)
         cached = self.version_cache.get(key, token)
