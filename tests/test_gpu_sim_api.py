@@ -85,6 +85,13 @@ def test_simulator_enums_have_the_real_members(sim_modules, spec):
     assert sorted(resolve(spec).__members__) == FACTS["enums"][spec]
 
 
+@pytest.mark.parametrize("spec", sorted(FACTS["subclasses"]))
+def test_simulator_subclasses_have_the_real_bases_and_methods(sim_modules, spec):
+    from gpu_sim.api_facts import subclass_layout
+
+    assert subclass_layout(spec) == FACTS["subclasses"][spec]
+
+
 def test_simulator_codec_takes_the_documented_options_only(sim_modules):
     from nvidia import nvcomp
 
@@ -113,6 +120,6 @@ def test_facts_file_matches_the_real_modules():
         env={**os.environ, "PYTHONPATH": ""},
     )
     real = json.loads(proc.stdout)
-    for key in ("callables", "classes", "enums", "codec_options"):
+    for key in ("callables", "classes", "enums", "subclasses", "codec_options"):
         assert real[key] == FACTS[key], f"api_facts.json is stale in '{key}': make gpu-api-facts"
     assert sys.version_info >= (3, 12)

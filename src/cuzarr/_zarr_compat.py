@@ -463,20 +463,21 @@ def behaves_as(store: Any, cls: type) -> bool:
     :data:`STORE_DATA_METHODS`, with no per-instance override either, while ``cls``'s own
     methods are zarr's (not patched). Wrappers and mocks are other classes: false.
     """
-    if not isinstance(store, cls):
-        return False
-    kind = type(store)
-    if kind is not cls:
-        for name in STORE_DATA_METHODS:
-            if getattr(kind, name, None) is not getattr(cls, name, None):
-                return False
-    own = getattr(store, "__dict__", None)
-    if own and not own.keys().isdisjoint(STORE_DATA_METHODS):
-        return False
-    return all(
+    return _unchanged_instance(store, cls) and all(
         (fn := getattr(cls, name, None)) is None or _package(fn) == "zarr"
         for name in STORE_DATA_METHODS
     )
+
+
+def _unchanged_instance(store: Any, cls: type) -> bool:
+    """Whether ``store`` is a ``cls`` whose class and instance replace none of its data methods."""
+    kind = type(store)
+    if not isinstance(store, cls) or any(
+        getattr(kind, name, None) is not getattr(cls, name, None) for name in STORE_DATA_METHODS
+    ):
+        return False
+    own = getattr(store, "__dict__", None)
+    return not (own and not own.keys().isdisjoint(STORE_DATA_METHODS))
 
 
 def local_store_root(store: Any) -> Any:
@@ -484,6 +485,44 @@ def local_store_root(store: Any) -> Any:
     from zarr.storage import LocalStore
 
     return store.root if behaves_as(store, LocalStore) else None
+
+
+#: The data methods kvikio's ``GDSStore`` (kvikio 26.10) defines over zarr's ``LocalStore``.
+GDS_STORE_OWN_METHODS = frozenset({"get", "set"})
+
+
+def gds_store_root(store: Any) -> Any:
+    """The root folder of kvikio's ``GDSStore`` whose reads are kvikio's own, else ``None``.
+
+    ``kvikio.zarr.GDSStore`` is zarr's ``LocalStore`` with ``get``/``set`` by kvikio file I/O.
+    Its ``get`` reads exactly the bytes ``LocalStore.get`` reads, from the same file
+    ``root / key``; only where they land differs (the caller's prototype: GPU memory under
+    ``zarr.config.enable_gpu()``). Reading the folder directly (cuzarr's local and kvikio
+    device reads) returns the same. Its ``set`` rewrites files in place where cuzarr replaces
+    them atomically, so writes stay on the store's API (:func:`cuzarr.stores.from_zarr_store`).
+
+    Never imports kvikio. As :func:`behaves_as`: no subclass or instance override of a data
+    method; ``GDSStore``'s own exactly :data:`GDS_STORE_OWN_METHODS`, the rest zarr's.
+    """
+    from zarr.storage import LocalStore
+
+    module = sys.modules.get("kvikio.zarr")
+    gds = None if module is None else vars(module).get("GDSStore")
+    if not (isinstance(gds, type) and issubclass(gds, LocalStore)):
+        return None
+    if not _unchanged_instance(store, gds):
+        return None
+    for name in STORE_DATA_METHODS:
+        own = vars(gds).get(name)
+        if own is not None:
+            where = getattr(_function_of(own), "__module__", None)
+            if name not in GDS_STORE_OWN_METHODS or where != gds.__module__:
+                return None
+        elif (fn := getattr(gds, name, None)) is not getattr(LocalStore, name, None) or (
+            fn and _package(fn) != "zarr"
+        ):
+            return None
+    return store.root
 
 
 def is_memory_store(store: Any) -> bool:

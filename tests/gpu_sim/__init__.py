@@ -1,5 +1,7 @@
 """A strict device simulator: test-only stand-ins for ``cupy``, ``nvidia.nvcomp`` and ``kvikio``.
 
+``kvikio.zarr.GDSStore`` (kvikio's zarr ``LocalStore`` over kvikio file I/O) is included.
+
 :func:`install` puts the stand-ins into ``sys.modules`` (and tells cuzarr's GPU probe that a
 driver is there), so the GPU backend and the whole ``tests/gpu`` suite run on a machine
 without a GPU: ``python -m pytest tests/gpu --gpu-sim`` (``make gpu-sim``). They follow the
@@ -43,6 +45,7 @@ _NAMES = (
     "nvidia.nvcomp",
     "kvikio",
     "kvikio.defaults",
+    "kvikio.zarr",
 )
 
 
@@ -69,6 +72,9 @@ def install() -> None:
     sys.modules["nvidia.nvcomp"] = _nvcomp.module
     sys.modules["kvikio"] = _kvikio.module
     sys.modules["kvikio.defaults"] = _kvikio.defaults
+    from . import _kvikio_zarr  # imports zarr: only when installed
+
+    sys.modules["kvikio.zarr"] = _kvikio.module.zarr = _kvikio_zarr.module
 
     # zarr binds ``cp`` when its GPU buffer module is first imported (None without CuPy).
     zarr_gpu = sys.modules.get("zarr.core.buffer.gpu")

@@ -2,9 +2,10 @@
 
 Signatures as the real module declares them (``inspect.signature(kvikio.CuFile.pread)``):
 ``CuFile(file, flags="r")``, ``pread(buf, size=None, file_offset=0, task_size=None) ->
-IOFuture``, ``read(...) -> int``; ``kvikio.defaults.is_compat_mode_preferred()``. The
-simulated machine has no GDS (compat mode, like a machine without ``nvidia_fs``); every read
-is recorded as a ``cufile`` event.
+IOFuture``, ``read(...) -> int``, ``pwrite`` / ``write`` alike;
+``kvikio.defaults.is_compat_mode_preferred()``. The simulated machine has no GDS (compat mode,
+like a machine without ``nvidia_fs``); every read is recorded as a ``cufile`` event, every
+write as a ``cufile-write`` event. ``kvikio.zarr`` is in ``_kvikio_zarr``.
 """
 
 from __future__ import annotations
@@ -37,11 +38,15 @@ class IOFuture:
 
 class CuFile:
     def __init__(self, file: Path | str, flags: str = "r") -> None:
-        if flags not in ("r", "w", "a", "r+", "w+", "a+"):
+        # libkvikio's parse: the first character is "r" or "w" ("a" is refused), a "+"
+        # second makes it read-write; anything after ("b" in "wb", "r+b") is ignored.
+        if flags[:1] not in ("r", "w"):
             raise ValueError(f"Unknown file open flag: {flags!r}")
         if not isinstance(file, (str, Path)):
             raise TypeError(f"file must be a str or Path, got {type(file).__name__}")
-        mode = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC}.get(flags, os.O_RDWR)
+        mode = os.O_RDONLY if flags[0] == "r" else os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        if flags[1:2] == "+":
+            mode = (mode & ~os.O_WRONLY) | os.O_RDWR
         self._fd: int | None = os.open(file, mode, 0o644)
         self._path = str(file)
 
@@ -96,6 +101,41 @@ class CuFile:
             device=isinstance(buf, _cupy.ndarray),
         )
         return len(data)
+
+    def pwrite(
+        self, buf: Any, size: int | None = None, file_offset: int = 0, task_size: int | None = None
+    ) -> IOFuture:
+        return IOFuture(self.write(buf, size, file_offset, task_size))
+
+    def write(
+        self, buf: Any, size: int | None = None, file_offset: int = 0, task_size: int | None = None
+    ) -> int:
+        if self._fd is None:
+            raise RuntimeError("write on a closed CuFile")
+        if isinstance(buf, _cupy.ndarray):
+            mem = buf._a
+        elif isinstance(buf, np.ndarray):
+            mem = buf
+        else:
+            raise TypeError(f"buf: expected a device or host array, got {type(buf).__name__}")
+        if not mem.flags.c_contiguous:
+            raise ValueError("buf must be a contiguous buffer")
+        data = mem.reshape(-1).view(np.uint8)
+        n = data.nbytes if size is None else int(size)
+        if n > data.nbytes:
+            raise ValueError(f"size {n} exceeds the {data.nbytes}-byte buffer")
+        view = memoryview(data[:n])
+        done = 0
+        while done < n:
+            done += os.pwrite(self._fd, view[done:], int(file_offset) + done)
+        record(
+            "cufile-write",
+            self._path,
+            nbytes=n,
+            offset=int(file_offset),
+            device=isinstance(buf, _cupy.ndarray),
+        )
+        return n
 
 
 def _module(name: str, **attrs: Any) -> types.ModuleType:

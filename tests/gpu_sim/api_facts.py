@@ -7,9 +7,10 @@ Run with the real modules importable (they import without a GPU)::
 ``make gpu-api-facts`` installs the pinned wheels into ``.gpu-api/`` and does that. The JSON
 maps each callable to its overloads, each a list of ``[name, kind, has_default]`` parameters
 (pybind11 overloads are read from the docstring, Python functions through ``inspect``), plus
-the public attributes of the classes and the members of the enums the simulator stands in
-for. ``tests/test_gpu_sim_api.py`` checks the simulator against this file (in every CI run)
-and this file against the real modules (where they are installed).
+the public attributes of the classes, the members of the enums the simulator stands in for,
+and the bases and own methods of ``kvikio.zarr.GDSStore`` (which needs zarr installed).
+``tests/test_gpu_sim_api.py`` checks the simulator against this file (in every CI run) and
+this file against the real modules (where they are installed).
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ CALLABLES = [
     "kvikio:CuFile.pread",
     "kvikio:CuFile.read",
     "kvikio:CuFile.close",
+    "kvikio:CuFile.write",
+    "kvikio:CuFile.pwrite",
+    "kvikio.zarr:GDSStore.__init__",
+    "kvikio.zarr:GDSStore.get",
+    "kvikio.zarr:GDSStore.set",
+    "kvikio.zarr:GDSStore._set",
     "cupy:asarray",
     "cupy:asnumpy",
     "cupy:ndarray.get",
@@ -48,6 +55,8 @@ CALLABLES = [
 ]
 #: Classes whose public attributes the simulator's must include.
 CLASSES = ["nvidia.nvcomp:Array", "nvidia.nvcomp:BatchArray", "nvidia.nvcomp:Codec"]
+#: Subclasses of other packages' classes whose bases and own methods the simulator's must equal.
+SUBCLASSES = ["kvikio.zarr:GDSStore"]
 #: Enums whose members the simulator's must equal.
 ENUMS = ["nvidia.nvcomp:BitstreamKind", "nvidia.nvcomp:ChecksumPolicy"]
 
@@ -134,6 +143,21 @@ def signatures(spec: str) -> list[list[list[Any]]]:
     ]
 
 
+def subclass_layout(spec: str) -> dict[str, list[str]]:
+    """A class's bases (``module.qualname``) and the methods it defines itself."""
+    cls = resolve(spec)
+    defines = [
+        name
+        for name, attr in vars(cls).items()
+        if isinstance(attr, (staticmethod, classmethod, property))
+        or (callable(attr) and not isinstance(attr, type))
+    ]
+    return {
+        "bases": [f"{b.__module__}.{b.__qualname__}" for b in cls.__bases__],
+        "defines": sorted(defines),
+    }
+
+
 def codec_options() -> list[str]:
     """Keyword arguments ``nvcomp.Codec`` documents (common and per algorithm)."""
     doc = resolve("nvidia.nvcomp:Codec.__init__").__doc__ or ""
@@ -148,6 +172,7 @@ def collect() -> dict[str, Any]:
             spec: sorted(n for n in dir(resolve(spec)) if not n.startswith("_")) for spec in CLASSES
         },
         "enums": {spec: sorted(resolve(spec).__members__) for spec in ENUMS},
+        "subclasses": {spec: subclass_layout(spec) for spec in SUBCLASSES},
         "codec_options": codec_options(),
     }
 
@@ -155,7 +180,7 @@ def collect() -> dict[str, Any]:
 if __name__ == "__main__":
     facts = collect()
     versions = {}
-    for mod in ("nvidia.nvcomp", "kvikio", "cupy"):
+    for mod in ("nvidia.nvcomp", "kvikio", "cupy", "zarr"):
         m = importlib.import_module(mod)
         versions[mod] = getattr(m, "__version__", "?")
     facts["versions"] = versions

@@ -16,13 +16,14 @@ from cuzarr.stores.io_loop import track_loop
 from cuzarr.stores.local import LocalChunkStore
 from cuzarr.stores.memory import MemoryChunkStore
 from cuzarr.stores.obstore_ import ObstoreChunkStore
-from cuzarr.stores.zarr_store import ZarrChunkStore
+from cuzarr.stores.zarr_store import FolderReadsChunkStore, ZarrChunkStore
 
 if TYPE_CHECKING:
     from cuzarr.config import Settings
 
 __all__ = [
     "ChunkStore",
+    "FolderReadsChunkStore",
     "LocalChunkStore",
     "MemoryChunkStore",
     "ObstoreChunkStore",
@@ -48,9 +49,14 @@ def from_zarr_store(
     ``LocalStore``, ``MemoryStore`` and ``ObjectStore`` are accessed directly (an
     ``ObjectStore`` through obstore, with many requests in flight) when they behave exactly as
     zarr's classes: the class itself, or a subclass overriding none of their data methods,
-    none of them patched (:func:`cuzarr._zarr_compat.behaves_as`). Every other store
-    (``FsspecStore``, zip, wrappers, mocks, subclasses that decrypt or count in ``get``) is
-    used through its own API, with the requests zarr itself would make.
+    none of them patched (:func:`cuzarr._zarr_compat.behaves_as`). kvikio's ``GDSStore`` (a
+    ``LocalStore`` whose ``get`` reads the same files with kvikio, into the caller's buffers)
+    is read as its folder and written through its own ``set``
+    (:class:`~cuzarr.stores.zarr_store.FolderReadsChunkStore`, the reasons at
+    :func:`cuzarr._zarr_compat.gds_store_root`); a subclass of it that overrides a data
+    method is not. Every other store (``FsspecStore``, zip, wrappers, mocks, subclasses that
+    decrypt or count in ``get``) is used through its own API, with the requests zarr itself
+    would make.
 
     Parameters
     ----------
@@ -67,6 +73,10 @@ def from_zarr_store(
     root = compat.local_store_root(store)
     if root is not None:
         return _local_chunk_store(root, bool(store.read_only))
+    root = compat.gds_store_root(store)
+    if root is not None:
+        local = _local_chunk_store(root, bool(store.read_only))
+        return FolderReadsChunkStore(local, ZarrChunkStore(store, loop))
     if compat.is_memory_store(store):
         return MemoryChunkStore(store)
     inner = compat.obstore_of(store)

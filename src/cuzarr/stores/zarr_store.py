@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from cuzarr import _zarr_compat as compat
 from cuzarr.codecs.base import Buf, as_u8
@@ -24,6 +25,7 @@ from cuzarr.stores.base import (
     BufferPool,
     Coalescing,
     GetResult,
+    ObjectReader,
     PutMode,
     Range,
     Scratch,
@@ -31,7 +33,13 @@ from cuzarr.stores.base import (
     Suffix,
 )
 
-__all__ = ["ZarrChunkStore"]
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from cuzarr.stores.local import LocalChunkStore
+
+__all__ = ["FolderReadsChunkStore", "ZarrChunkStore"]
 
 #: zarr's defaults for ``array.sharding_coalesce_max_gap_bytes`` / ``..._max_bytes``.
 ZARR_DEFAULT_COALESCING = Coalescing(max_gap=1 << 20, max_bytes=16 << 20)
@@ -187,3 +195,100 @@ class ZarrChunkStore(BaseChunkStore):
         """Every key below ``prefix`` with its size, through the store's listing."""
         base = prefix.strip("/")
         return sorted(compat.list_sizes(self._store, f"{base}/" if base else ""))
+
+
+class FolderReadsChunkStore(BaseChunkStore):
+    """A zarr store that is a local folder for reads and its own API for writes.
+
+    For kvikio's ``GDSStore`` (:func:`cuzarr._zarr_compat.gds_store_root`): its ``get`` reads
+    the same files as zarr's ``LocalStore`` and only puts the bytes elsewhere, so every read
+    (and the GPU backend's kvikio device reads, :attr:`StoreCaps.device_reads`) goes to the
+    folder through ``local``. Its ``set`` rewrites a file in place with kvikio, where cuzarr
+    replaces files atomically, so writes, deletes and the writable check go through the
+    store's own methods (``api``), exactly as zarr's pipeline would call them. Listing is the
+    folder's (the same files).
+
+    Parameters
+    ----------
+    local : LocalChunkStore
+        The store's root folder.
+    api : ZarrChunkStore
+        The same store through its own API.
+    """
+
+    def __init__(self, local: LocalChunkStore, api: ZarrChunkStore) -> None:
+        self.local = local
+        self.api = api
+        self.name = local.name
+        # Reads as the folder's; writes one put per object through the store, without
+        # cuzarr's batch writes of boxes (they write files directly). The folder's write
+        # locks still serialize cuzarr's read-modify-writes with other cuzarr writers.
+        self.caps = replace(local.caps, box_puts=False)
+
+    def get(
+        self,
+        key: str,
+        byte_range: Range | Suffix | None = None,
+        *,
+        if_match: str | None = None,
+        scratch: Scratch | BufferPool | None = None,
+        size_hint: int | None = None,
+        fresh: bool = False,
+    ) -> GetResult | None:
+        """The folder's :meth:`LocalChunkStore.get`."""
+        return self.local.get(
+            key, byte_range, if_match=if_match, scratch=scratch, size_hint=size_hint, fresh=fresh
+        )
+
+    def get_ranges(
+        self,
+        key: str,
+        ranges: Sequence[tuple[int, int]],
+        *,
+        if_match: str | None = None,
+        limits: Coalescing | None = None,
+    ) -> list[Buf | None] | None:
+        """The folder's :meth:`LocalChunkStore.get_ranges`."""
+        return self.local.get_ranges(key, ranges, if_match=if_match, limits=limits)
+
+    def get_many(self, keys: Sequence[str], size_hint: int | None = None) -> list[Buf | None]:
+        """The folder's :meth:`LocalChunkStore.get_many`."""
+        return self.local.get_many(keys, size_hint)
+
+    def read_into(self, key: str, out: npt.NDArray[np.uint8]) -> int | None:
+        """The folder's :meth:`LocalChunkStore.read_into`."""
+        return self.local.read_into(key, out)
+
+    def open_object(self, key: str) -> ObjectReader | None:
+        """The folder's :meth:`LocalChunkStore.open_object`."""
+        return self.local.open_object(key)
+
+    def local_file(self, key: str) -> str | None:
+        """The folder's :meth:`LocalChunkStore.local_file` (the GPU backend's device reads)."""
+        return self.local.local_file(key)
+
+    def file_paths(self, keys: Sequence[str]) -> list[bytes]:
+        """The folder's :meth:`LocalChunkStore.file_paths`."""
+        return self.local.file_paths(keys)
+
+    def list_dir(self, prefix: str) -> list[str]:
+        """The folder's :meth:`LocalChunkStore.list_dir`."""
+        return self.local.list_dir(prefix)
+
+    def list_sizes(self, prefix: str) -> list[tuple[str, int]]:
+        """The folder's :meth:`LocalChunkStore.list_sizes`."""
+        return self.local.list_sizes(prefix)
+
+    def check_writable(self) -> None:
+        """The store's own check."""
+        self.api.check_writable()
+
+    def put(
+        self, key: str, data: Buf, *, mode: PutMode = PutMode.OVERWRITE, version: str | None = None
+    ) -> None:
+        """One ``set`` of the store (no conditional puts: :attr:`StoreCaps.conditional_put`)."""
+        self.api.put(key, data, mode=mode, version=version)
+
+    def delete(self, key: str) -> None:
+        """One ``delete`` of the store."""
+        self.api.delete(key)
