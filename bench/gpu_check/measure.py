@@ -16,6 +16,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -129,17 +130,28 @@ def end_to_end(
     gpu = cuzarr.open(path, device="gpu", settings=settings)
     out = cp.empty(n, "u2")
     t_gpu = best(lambda: gpu.read(..., out=out))
-    ok = bool((out[:: max(1, n // 1_000_003)].get() == data[:: max(1, n // 1_000_003)]).all())
+    step = max(1, n // 1_000_003)
+    ok = bool((out[::step].get() == data[::step]).all())
+    # What device="auto" runs past a crossover: decoded on the GPU, NumPy results.
+    host = cuzarr.open(path, device="auto", settings=replace(settings, gpu_crossover_bytes=1))
+    host_out = np.empty(n, "u2")
+    t_host = best(lambda: host.read(..., out=host_out))
+    ok = ok and bool((host_out[::step] == data[::step]).all())
     stats = cuzarr.stats()
     shutil.rmtree(path)
     return {
         "bytes": data.nbytes,
+        "chunk_bytes": chunk * 2,  # decoded bytes of one (inner) chunk: what the crossover means
         "stored": stored,
         "gpu_s": t_gpu,
         "cpu_s": t_cpu,
+        "gpu_host_s": t_host,
+        "gpu_host_backend": host._engine.backend.name,
         "gpu_gib_s": data.nbytes / t_gpu / GIB,
         "cpu_gib_s": data.nbytes / t_cpu / GIB,
+        "gpu_host_gib_s": data.nbytes / t_host / GIB,
         "gpu_over_cpu": t_cpu / t_gpu,
+        "gpu_host_over_cpu": t_cpu / t_host,
         "cpu_write_s": t_write_cpu,
         "correct_sample": ok,
         "gpu_cpu_decodes": stats.get("gpu_cpu_decodes", 0),
@@ -169,6 +181,28 @@ def gpu_write(root: Path, data: np.ndarray, chunk_mib: int) -> dict[str, Any]:
         "gib_s": data.nbytes / t / GIB,
         "zarr_cpu_reads_back": ok,
     }
+
+
+def recommended_crossover(rows: list[dict[str, Any]]) -> int | None:
+    """The smallest measured chunk size from which GPU-to-host reads keep up with the CPU.
+
+    ``rows``: end-to-end read results (``chunk_bytes``, ``cpu_s``, ``gpu_host_s``; failed
+    measurements, without them, are skipped). A size qualifies when the GPU-to-host read is
+    at least as fast as the CPU engine's for every row of that size; the answer is the smallest
+    size from which that size and every larger measured one qualify, ``None`` if none does.
+    """
+    ok: dict[int, bool] = {}
+    for r in rows:
+        if "gpu_host_s" not in r or "cpu_s" not in r:
+            continue
+        size = int(r["chunk_bytes"])
+        ok[size] = ok.get(size, True) and r["gpu_host_s"] <= r["cpu_s"]
+    found: int | None = None
+    for size in sorted(ok, reverse=True):
+        if not ok[size]:
+            break
+        found = size
+    return found
 
 
 def commit() -> str:
@@ -224,6 +258,14 @@ def main() -> None:
         guarded(res, "gpu_write_zstd_8mib", lambda: gpu_write(root, data, 8))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    reads = {k: v for k, v in res.items() if k.startswith("read_") and isinstance(v, dict)}
+    res["recommended_gpu_crossover_bytes"] = recommended_crossover(list(reads.values()))
+    res["recommended_gpu_crossover_bytes_by_codec"] = {
+        name: recommended_crossover(
+            [v for k, v in reads.items() if k.rsplit("_", 1)[0] == f"read_{name}"]
+        )
+        for name in sorted({k.rsplit("_", 1)[0].removeprefix("read_") for k in reads})
+    }
     try:
         floor = min(res["pinned_h2d"]["gib_s"], res["nvcomp_raw_decode_8mib"]["gib_s"])
         e2e = res["read_zstd_8mib"]

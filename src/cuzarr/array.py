@@ -25,8 +25,9 @@ from cuzarr import _zarr_compat as compat
 from cuzarr.array_meta import ArrayInfo
 from cuzarr.array_select import ArraySelections
 from cuzarr.attributes import Attributes, persist_attributes
+from cuzarr.backends.select import backend_for
 from cuzarr.codecs.build import build_chunk_codec
-from cuzarr.config import Device, Settings, resolve_device
+from cuzarr.config import Settings
 from cuzarr.engine import ArrayEngine
 from cuzarr.errors import MetadataError
 from cuzarr.indexing import BasicPlan, GridIndexer
@@ -103,14 +104,8 @@ class Array(ArraySelections):
         self._write_empty_chunks = write_empty_chunks
         # Shard indexes of object stores are cached across reads of this array (its own
         # writes invalidate them; another writer's changes need a re-open).
-        backend = None
-        if resolve_device(settings.device) is Device.GPU:
-            from cuzarr.gpu.backend import GpuBackend
-
-            backend = GpuBackend(settings)
-        self._engine = ArrayEngine(
-            spec, codec, settings, cache_shard_indexes=True, backend=backend
-        )
+        backend = backend_for(settings, codec, where=spec.path)
+        self._engine = ArrayEngine(spec, codec, settings, cache_shard_indexes=True, backend=backend)
         #: The array module of results: numpy, or cupy on the GPU.
         self._xp: Any = self._engine.xp
         self._indexer = GridIndexer(spec)

@@ -159,8 +159,8 @@ def add_bench(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--device",
         choices=("auto", "cpu", "gpu"),
         default="auto",
-        help="where cuzarr decodes (auto: the CPU until the GPU backend lands; gpu fails "
-        "with what is missing)",
+        help="where cuzarr decodes (auto: NumPy results, on the GPU from "
+        "gpu_crossover_bytes, else the CPU; gpu fails with what is missing)",
     )
     p.add_argument(
         "--compare",

@@ -4,7 +4,7 @@ Settings are a frozen dataclass. Each :class:`cuzarr.Pipeline` captures the sett
 when zarr creates it (so they travel with a pickled array to Dask workers); the explicit API
 takes them per call. Environment variables give the defaults, so worker processes started with
 the same environment behave the same: ``CUZARR_THREADS``, ``CUZARR_STRICT``, ``CUZARR_DEVICE``,
-``CUZARR_ZSTD_ENCODER``.
+``CUZARR_ZSTD_ENCODER``, ``CUZARR_GPU_CROSSOVER_BYTES``.
 """
 
 from __future__ import annotations
@@ -72,7 +72,9 @@ class Settings:
     Attributes
     ----------
     device : Device
-        ``auto`` (CPU until the GPU backend lands), ``cpu`` or ``gpu``.
+        ``cpu`` (NumPy results), ``gpu`` (CuPy results, decoded on the GPU) or ``auto`` (the
+        default: NumPy results, decoded on the GPU where a usable GPU is there and an array's
+        decoded chunk is at least ``gpu_crossover_bytes``, else on the CPU).
     strict : bool
         Raise :class:`~cuzarr.errors.UnsupportedError` instead of falling back to zarr-python's
         pipeline.
@@ -114,6 +116,13 @@ class Settings:
         numcodecs, as zarr-python uses it, so stored chunks equal zarr-python's byte for byte
         (small chunks batched through the batch helper). ``CUZARR_ZSTD_ENCODER`` sets the
         default of :func:`get_settings`.
+    gpu_crossover_bytes : int or None
+        The decoded chunk size (for sharded arrays the inner chunk's: one unit of decoder
+        work) from which ``device="auto"`` decodes on the GPU (results still NumPy arrays,
+        brought to the host a wave at a time: ``cuzarr.gpu.host_backend.GpuHostBackend``).
+        ``None`` (the default): no crossover measured on this machine, so ``auto`` stays on the
+        CPU. ``bench/gpu_check/measure.py`` reports ``recommended_gpu_crossover_bytes``;
+        ``CUZARR_GPU_CROSSOVER_BYTES`` sets the default of :func:`get_settings`.
     """
 
     device: Device = Device.AUTO
@@ -128,8 +137,16 @@ class Settings:
     max_chunk_nbytes: int = 2**31
     io_concurrency: int = 32
     zstd_encoder: str = "zstandard"
+    gpu_crossover_bytes: int | None = None
 
     def __post_init__(self) -> None:
+        crossover = self.gpu_crossover_bytes
+        if crossover is not None and (
+            isinstance(crossover, bool) or not isinstance(crossover, int) or crossover < 1
+        ):
+            raise ValueError(
+                f"Settings.gpu_crossover_bytes: expected None or an integer >= 1, got {crossover!r}"
+            )
         if self.zstd_encoder not in ZSTD_ENCODERS:
             raise ValueError(
                 f"Settings.zstd_encoder: expected one of {', '.join(ZSTD_ENCODERS)}, got "
@@ -157,6 +174,7 @@ class Settings:
             strict=_env_bool("CUZARR_STRICT"),
             threads=_env_int("CUZARR_THREADS"),
             zstd_encoder=encoder,
+            gpu_crossover_bytes=_env_int("CUZARR_GPU_CROSSOVER_BYTES"),
         )
 
     @property
@@ -237,7 +255,8 @@ class configure:
     threads : int, optional
         CPU worker threads.
     **options
-        Other :class:`Settings` fields (``max_gap``, ``max_coalesced``, ...).
+        Other :class:`Settings` fields (``max_gap``, ``max_coalesced``,
+        ``gpu_crossover_bytes``, ...).
 
     Examples
     --------
@@ -300,11 +319,11 @@ class configure:
 
 
 def resolve_device(device: Device) -> Device:
-    """The device an engine runs on: ``GPU`` for ``gpu`` (checked), ``CPU`` otherwise.
+    """The device results live on: ``GPU`` for ``gpu`` (checked), ``CPU`` otherwise.
 
-    ``auto`` decodes on the CPU and returns NumPy arrays: the result type never depends on the
-    machine. (Choosing the GPU for ``auto`` waits for the CPU/GPU crossover that
-    ``bench/gpu_check`` measures; see docs/gpu.md.)
+    ``auto`` returns NumPy arrays: the result type never depends on the machine. Whether its
+    chunks are decoded on the GPU (``Settings.gpu_crossover_bytes``) is decided per array by
+    :func:`cuzarr.backends.select.backend_for`.
     """
     if device is Device.GPU:
         require_gpu()

@@ -42,10 +42,10 @@ def log_fallback(reason: str) -> None:
     log_once(f"cuzarr falls back to zarr-python's pipeline: {reason}")
 
 
-def log_once(message: str) -> None:
-    """Log a warning once per distinct message (per process)."""
+def log_once(message: str, level: int = logging.WARNING) -> None:
+    """Log a message once per distinct message (per process), a warning unless ``level`` says."""
     with _lock:
         if message in _logged:
             return
         _logged.add(message)
-    logger.warning("%s", message)
+    logger.log(level, "%s", message)

@@ -21,9 +21,10 @@ from zarr.abc.codec import CodecPipeline
 from cuzarr import _zarr_compat as compat
 from cuzarr import diagnostics
 from cuzarr.backends.probe import gpu_status
+from cuzarr.backends.select import backend_for
 from cuzarr.codecs.build import build_chunk_codec
 from cuzarr.codecs.chain import ChunkCodec
-from cuzarr.config import Settings, get_settings, zarr_gpu_buffers_for
+from cuzarr.config import Device, Settings, get_settings, zarr_gpu_buffers_for
 from cuzarr.engine import ArrayEngine
 from cuzarr.engine.requests import ChunkRequest, new_request
 from cuzarr.errors import UnsupportedError
@@ -75,7 +76,11 @@ def engine_for_metadata(metadata: Any, settings: Settings) -> ArrayEngine:
     order = getattr(codecs[0], "subchunk_write_order", None) if len(codecs) == 1 else None
     if order in _WRITE_ORDERS and isinstance(codec, ChunkCodec) and codec.sharding is not None:
         codec = replace(codec, array_bytes=replace(codec.sharding, write_order=order))
-    return ArrayEngine(spec, codec, settings)
+    # NumPy buffers: ``auto`` picks its backend by the measured crossover (NumPy results
+    # either way); ``gpu`` with NumPy buffers stays on the CPU engine (device buffers reach the
+    # GPU backend through ``Pipeline._engine_for``).
+    device = Device.AUTO if settings.device is Device.AUTO else Device.CPU
+    return ArrayEngine(spec, codec, settings, backend=backend_for(settings, codec, device=device))
 
 
 class Pipeline(CodecPipeline):
@@ -219,8 +224,10 @@ class Pipeline(CodecPipeline):
     def _engine_for(self, buffer: NDBuffer) -> tuple[ArrayEngine, Any] | str:
         """The engine for a zarr buffer and the array behind it, or the reason to fall back.
 
-        NumPy buffers go to the CPU engine; device buffers (``zarr.config.enable_gpu()``,
-        ``cuzarr.configure(device="gpu")``: CuPy arrays) to the same array on the GPU backend.
+        NumPy buffers go to the array's engine (the CPU's; for ``device="auto"`` past the
+        measured crossover the GPU's with NumPy results); device buffers
+        (``zarr.config.enable_gpu()``, ``cuzarr.configure(device="gpu")``: CuPy arrays) to the
+        same array on the GPU backend.
         """
         engine = self.engine
         if engine is None:
@@ -236,10 +243,9 @@ class Pipeline(CodecPipeline):
             status = gpu_status()
             if status is not None:
                 return f"device (GPU) buffers, but {status}"
-            from cuzarr.gpu.backend import GpuBackend
-
+            backend = backend_for(self.settings, engine.codec, device=Device.GPU)
             self._gpu_engine = ArrayEngine(
-                engine.spec, engine.codec, self.settings, backend=GpuBackend(self.settings)
+                engine.spec, engine.codec, self.settings, backend=backend
             )
         return self._gpu_engine, device
 

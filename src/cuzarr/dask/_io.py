@@ -134,7 +134,7 @@ def _use_gpu(device: str | Device) -> bool:
 
         require_gpu()
         return True
-    # "auto" decodes on the CPU (cuzarr's device selection): blocks are NumPy arrays.
+    # "auto" returns NumPy arrays wherever it decodes (cuzarr.backends.select): NumPy blocks.
     return False
 
 
@@ -172,7 +172,8 @@ def _open(
 
 
 def _device_setting(device: str | Device) -> Device:
-    # The GPU backend is not there yet: "auto" decodes on the CPU (reads land on the device).
+    # "auto" defers to the settings' device; an "auto" array then picks its backend by
+    # Settings.gpu_crossover_bytes (cuzarr.backends.select.backend_for), NumPy results.
     dev = Device(device)
     return get_settings().device if dev is Device.AUTO else dev
 

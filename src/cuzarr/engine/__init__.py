@@ -2,7 +2,8 @@
 
 :class:`ArrayEngine` is a thin facade over the loops (:mod:`cuzarr.engine.read`,
 :mod:`cuzarr.engine.write`), which run on a :class:`~cuzarr.backends.base.Backend` (the CPU's
-by default, the GPU's for ``device="gpu"``). Every read and write of every front end (zarr's
+by default; the GPU's for ``device="gpu"``, and for ``device="auto"`` past the measured
+crossover, :mod:`cuzarr.backends.select`). Every read and write of every front end (zarr's
 pipeline, the explicit API, Dask tasks, the CLI) goes through it and is counted once in
 :func:`cuzarr.stats`.
 
@@ -20,6 +21,7 @@ from cuzarr import _zarr_compat as compat
 from cuzarr import diagnostics
 from cuzarr.backends.base import Backend, Codec
 from cuzarr.backends.cpu import CpuBackend
+from cuzarr.backends.select import backend_named
 from cuzarr.codecs.sharding.format import ShardingCodec
 from cuzarr.codecs.sharding.reader import ShardReader
 from cuzarr.config import Settings
@@ -108,11 +110,7 @@ class ArrayEngine:
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        backend = None
-        if state.get("backend", "cpu") == "gpu":
-            from cuzarr.gpu.backend import GpuBackend
-
-            backend = GpuBackend(state["settings"])
+        backend = backend_named(state.get("backend", "cpu"), state["settings"])
         self.__init__(  # type: ignore[misc]
             state["spec"],
             state["codec"],
