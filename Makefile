@@ -19,7 +19,7 @@ unit: venv
 # The GPU backend on the strict device simulator (tests/gpu_sim): tests/gpu and the host-side
 # GPU tests with line coverage of cuzarr.gpu (the floor only ever goes up).
 gpu-sim: venv
-	$(VENV)/python -m pytest -q tests/gpu tests/test_gpu_prep.py tests/test_gpu_sim_api.py \
+	$(VENV)/python -m pytest -q tests/gpu tests/test_gpu_prep.py tests/test_gpu_crc.py tests/test_gpu_sim_api.py \
 		--gpu-sim --cov=cuzarr.gpu --cov-report=term-missing --cov-fail-under=95 $(ARGS)
 
 # Refresh tests/gpu_sim/api_facts.json from the real nvCOMP, kvikio and CuPy wheels (they
@@ -27,7 +27,7 @@ gpu-sim: venv
 gpu-api-facts: venv
 	test -x .gpu-api/bin/python || $(VENV)/python -m venv .gpu-api
 	.gpu-api/bin/pip install -q numpy "nvidia-nvcomp-cu13==6.0.0.12" "cupy-cuda13x==14.2.0" \
-		"kvikio-cu13==26.10.0"
+		"kvikio-cu13==26.10.0" "zarr==3.4.2"
 	.gpu-api/bin/python tests/gpu_sim/api_facts.py > tests/gpu_sim/api_facts.json
 	CUZARR_GPU_API_PYTHON=.gpu-api/bin/python $(VENV)/python -m pytest -q tests/test_gpu_sim_api.py
 

@@ -582,6 +582,7 @@ def test_kernel_sources_compile_as_cpp():
         "#define __global__\n#define __device__\n#define __forceinline__ inline\n"
         "struct dim3_ { unsigned x, y, z; };\n"
         "extern dim3_ blockIdx, blockDim, threadIdx, gridDim;\n"
+        "unsigned atomicXor(unsigned* address, unsigned value);\n"
     )
     proc = subprocess.run(
         [cxx, "-fsyntax-only", "-Wall", "-x", "c++", "-"],
@@ -795,3 +796,29 @@ def test_cuzarr_device_gpu_without_a_gpu_keeps_zarr_on_numpy_or_raises_in_strict
         monkeypatch.delenv("CUZARR_DEVICE")
         monkeypatch.delenv("CUZARR_STRICT")
         config._set_settings(None)
+
+
+def test_streams_located_from_first_and_last_bytes_only():
+    """locate_parts on a head and a tail equals locate on the whole chunk; short heads refuse."""
+    payload = bytes(range(256)) * 40
+    for name, blob in (
+        ("gzip", gzip.compress(payload, mtime=0)),
+        ("zlib", zlib.compress(payload)),
+        ("lz4", bytes(nc_lz4.LZ4().encode(payload))),
+        ("zstd", zstandard.ZstdCompressor().compress(payload)),
+    ):
+        whole = streams.locate(name, blob, len(payload))
+        part = streams.locate_parts(name, blob[:32], blob[-16:], len(blob), len(payload))
+        assert part == whole
+        assert streams.prefix_length(name, blob[:32], len(blob)) == whole.offset
+    # A gzip header with a file name longer than the head: not enough bytes at hand.
+    named = bytearray(gzip.compress(payload, mtime=0))
+    named[3] |= 0x08
+    named[10:10] = b"n" * 100 + b"\0"
+    with pytest.raises(UnsupportedError, match="at hand"):
+        streams.prefix_length("gzip", bytes(named[:32]), len(named))
+    assert streams.prefix_length("gzip", bytes(named), len(named)) == 111
+    with pytest.raises(UnsupportedError, match="trailer"):
+        streams.locate_parts("gzip", named[:200], named[-4:], len(named))
+    with pytest.raises(UnsupportedError, match="no raw-stream"):
+        streams.prefix_length("bz2", b"BZh9", 4)

@@ -273,7 +273,7 @@ def _kvikio() -> Any:
 
 @probe("kernels")
 def _kernels() -> Any:
-    from cuzarr.gpu import device, plan
+    from cuzarr.gpu import launch, plan
 
     rng = np.random.default_rng(1)
     res = {}
@@ -289,12 +289,12 @@ def _kernels() -> Any:
             table = np.stack([offs, offs, sizes, np.full(len(sizes), ts)], axis=1).astype(np.int64)
             d_src = cp.asarray(src)
             d_dst = cp.empty_like(d_src)
-            device._table_launch(name, d_src, d_dst, table, sizes.copy())
+            launch.table_launch(name, d_src, d_dst, table, sizes.copy())
             want = np.concatenate([ref(b, ts) for b in blocks])
             res[f"{name}_{ts}"] = bool((cp.asnumpy(d_dst) == want).all())
         x = rng.integers(0, 256, 4096, dtype=np.uint8)
         res[f"byteswap_{ts}"] = bool(
-            (cp.asnumpy(device.byteswap(cp.asarray(x), ts)) == plan.byteswap(x, ts)).all()
+            (cp.asnumpy(launch.byteswap(cp.asarray(x), ts)) == plan.byteswap(x, ts)).all()
         )
     return res
 

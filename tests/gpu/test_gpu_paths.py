@@ -186,13 +186,15 @@ def test_single_whole_chunk_reads_of_uncompressed_arrays(tmp_path):
 
 
 def test_device_helpers_on_empty_input():
-    from cuzarr.gpu import device
+    from cuzarr.gpu import checksums, device, launch
 
     dev = cp.empty(16, cp.uint8)
     out, starts = device.decode_batch("Zstd", dev, [], [], [])
     assert starts == [] and out.size == 1  # a placeholder buffer, nothing decoded
-    assert device.encode_batch("Zstd", []) == []
-    assert device.byteswap(cp.empty(0, cp.uint8), 4).size == 0
+    empty = device.encode_batch("Zstd", [])
+    assert empty.host == [] and empty.starts == [] and empty.sizes == []
+    assert checksums.checksums(dev, []) == []
+    assert launch.byteswap(cp.empty(0, cp.uint8), 4).size == 0
 
 
 def test_kvikio_reads_into_device_memory_and_reports_gds(tmp_path):

@@ -37,15 +37,16 @@ SYNC_QUERIES = {"decode-configure", "decompression_config", "get_uncomp_buffer_s
 
 
 @pytest.mark.parametrize(
-    ("compressors", "algorithm", "device_reads"),
+    ("compressors", "algorithm", "crc_launches"),
     [
-        ([zarr.codecs.ZstdCodec(level=3)], "Zstd", True),
-        ([zarr.codecs.GzipCodec(level=5)], "Deflate", False),
-        ([zarr.codecs.ZstdCodec(), zarr.codecs.Crc32cCodec()], "Zstd", False),
+        ([zarr.codecs.ZstdCodec(level=3)], "Zstd", 0),
+        # gzip: its CRC-32 of the decoded bytes, checked on the device.
+        ([zarr.codecs.GzipCodec(level=5)], "Deflate", 1),
+        ([zarr.codecs.ZstdCodec(), zarr.codecs.Crc32cCodec()], "Zstd", 1),
     ],
     ids=["zstd", "gzip", "zstd-crc32c"],
 )
-def test_one_wave_one_upload_one_decode_call(tmp_path, sim, compressors, algorithm, device_reads):
+def test_one_wave_one_upload_one_decode_call(tmp_path, sim, compressors, algorithm, crc_launches):
     z = zarr.create_array(
         tmp_path / "a", shape=(64, 60), chunks=(16, 15), dtype="<f4", compressors=compressors
     )
@@ -60,20 +61,38 @@ def test_one_wave_one_upload_one_decode_call(tmp_path, sim, compressors, algorit
     assert decodes[0].info["n"] == 16
     assert decodes[0].info["configured"] and decodes[0].info["out"]
     assert not [e for e in _events(sim, "sync") if e.name in SYNC_QUERIES]
-    uploads = _events(sim, "h2d")
+    # Local chunk files: kvikio reads every file straight into device memory; the host reads
+    # only each file's first and last bytes. No pinned upload of chunk bytes.
     reads = _events(sim, "cufile")
-    if device_reads:
-        # Local zstd chunks: kvikio reads every file straight into device memory, no upload.
-        assert len(reads) == 16 and all(e.info["device"] for e in reads)
-        assert not uploads
-        assert cuzarr.stats()["gpu_device_reads"] == 16
-    else:
-        # gzip needs its trailer, crc32c the whole chunk, on the host: one pinned upload.
-        assert not reads
-        assert len(uploads) == 1 and uploads[0].info["pinned"], uploads
-    crc = any(isinstance(c, zarr.codecs.Crc32cCodec) for c in compressors)
-    assert cuzarr.stats().get("gpu_host_crc32c", 0) == (16 if crc else 0)
+    assert len(reads) == 16 and all(e.info["device"] for e in reads)
+    assert not [e for e in _events(sim, "h2d") if e.info["pinned"]]
+    assert cuzarr.stats()["gpu_device_reads"] == 16
+    # Checksums: one kernel launch for the wave (crc32c of the stored chunks, or gzip's CRC-32
+    # of the decoded ones), its tables uploaded in one small copy; none on the host.
+    assert len(_events(sim, "launch", "cuzarr_crc")) == crc_launches
+    assert len(_events(sim, "h2d")) == crc_launches
+    assert cuzarr.stats().get("gpu_host_crc32c", 0) == 0
     assert cuzarr.stats().get("gpu_cpu_decodes", 0) == 0
+
+
+@pytest.mark.parametrize("crc", [False, True])
+def test_a_wave_from_the_host_is_one_pinned_upload(sim, crc):
+    """Chunks of other stores: one pinned upload per wave, checksums on the device."""
+    store = zarr.storage.MemoryStore()
+    compressors = [zarr.codecs.ZstdCodec()] + ([zarr.codecs.Crc32cCodec()] if crc else [])
+    z = zarr.create_array(
+        store, shape=(64, 60), chunks=(16, 15), dtype="<f4", compressors=compressors
+    )
+    data = np.arange(64 * 60, dtype="<f4").reshape(64, 60)
+    z[...] = data
+    a = cuzarr.open(store, device="gpu")
+    sim.reset()
+    np.testing.assert_array_equal(cp.asnumpy(a[...]), data)
+    pinned = [e for e in _events(sim, "h2d") if e.info["pinned"]]
+    assert len(pinned) == 1
+    assert len(_events(sim, "decode", "Zstd")) == 1
+    assert len(_events(sim, "launch", "cuzarr_crc")) == int(crc)
+    assert cuzarr.stats().get("gpu_host_crc32c", 0) == 0
 
 
 def test_a_file_replaced_during_a_device_read_is_read_again_on_the_host(tmp_path, sim):

@@ -207,9 +207,56 @@ def _scatter(src, dst, table, starts, nrows, total, itemsize) -> None:
         dst[_at(dst, d * itemsize + k, "dst")] = src[_at(src, s * itemsize + k, "src")]
 
 
+def _gf2_mul(a: np.ndarray, b: np.ndarray, poly: int) -> np.ndarray:
+    # cuzarr_gf2_mul, vectorised over threads (uint32 throughout).
+    a = np.broadcast_to(np.asarray(a, np.uint32), b.shape)
+    p = np.zeros(b.shape, np.uint32)
+    b = b.astype(np.uint32)
+    for i in range(32):
+        p ^= np.where(a & np.uint32(0x80000000 >> i), b, np.uint32(0))
+        b = np.where(b & np.uint32(1), (b >> np.uint32(1)) ^ np.uint32(poly), b >> np.uint32(1))
+    return p
+
+
+def _crc(src, out, table, starts, bytes_table, x2n, nrows, total, seg, poly) -> None:
+    t = np.arange(total, dtype=np.int64)
+    _at(starts, np.arange(nrows, dtype=np.int64), "starts")
+    r = _find_block(starts, nrows, t)
+    if t.size:
+        _at(table, np.array([int(r.max()) * 3 + 2]), "table")
+    rows = table[: (table.size // 3) * 3].reshape(-1, 3)[r]
+    k = t - starts[r]
+    off = k * seg
+    n = np.clip(rows[:, 1] - off, 0, seg)
+    c = np.where(k == 0, rows[:, 2] & 0xFFFFFFFF, 0).astype(np.uint32)
+    base = rows[:, 0] + off
+    for j in range(int(n.max()) if n.size else 0):
+        act = j < n
+        byte = src[_at(src, base[act] + j, "src")].astype(np.uint32)
+        idx = (c[act] ^ byte) & np.uint32(0xFF)
+        c[act] = bytes_table[_at(bytes_table, idx.astype(np.int64), "bytes_table")] ^ (
+            c[act] >> np.uint32(8)
+        )
+    # cuzarr_crc_shift: p = x^(8m) by the set bits of m, then c * p.
+    m = rows[:, 1] - off - n
+    p = np.full(t.size, 0x80000000, np.uint32)
+    bit = 3
+    while (m > 0).any():
+        odd = (m & 1) == 1
+        if odd.any():
+            factor = x2n[_at(x2n, np.array([bit]), "x2n")][0]
+            p[odd] = _gf2_mul(factor, p[odd], poly)
+        m = m >> 1
+        bit += 1
+    c = _gf2_mul(p, c, poly)
+    c[k == 0] ^= np.uint32(0xFFFFFFFF)
+    np.bitwise_xor.at(out, _at(out, r, "out"), c)
+
+
 _REFERENCES = {
     "cuzarr_byte_unshuffle": _byte_unshuffle,
     "cuzarr_bit_unshuffle": _bit_unshuffle,
     "cuzarr_byteswap": _byteswap,
     "cuzarr_scatter": _scatter,
+    "cuzarr_crc": _crc,
 }

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf
 from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
+from cuzarr.codecs.sharding.reader import BackendReads
 from cuzarr.errors import CorruptChunkError, CuzarrError
 from cuzarr.stores.base import ChunkStore
 
@@ -171,6 +172,17 @@ class Backend(Protocol):
         Called for batches that are not run in parallel (``Batching.parallel`` false). The
         result has one entry per key: what :meth:`decode` takes as ``DecodeItem.raw`` (``None``
         for a missing chunk). ``None``: the loops fetch the chunks on the host.
+        """
+        ...
+
+    def range_reads(self, store: ChunkStore, codec: Codec) -> BackendReads | None:
+        """How the shard reader reads inner chunks of ``codec`` from ``store`` this backend's way.
+
+        ``codec`` is the inner chunks' chain. The result reads byte ranges of a shard the
+        shard reader holds open (one version) into this backend's memory, in the form
+        :meth:`decode` takes as ``DecodeItem.raw``; ``None``: the shard reader reads them on
+        the host (the CPU backend, stores without local files, chains the backend needs the
+        whole stored bytes of on the host).
         """
         ...
 

@@ -237,15 +237,9 @@ def _box(chunk_sel: Any, out_sel: Any, ndim: int) -> list[int] | None:
         if type(c) is not slice or type(o) is not slice:
             return None
         c0, c1, o0, o1 = c.start, c.stop, o.start, o.stop
-        if (
-            type(c0) is not int
-            or type(c1) is not int
-            or type(o0) is not int
-            or type(o1) is not int
-            or c.step not in (None, 1)
-            or o.step not in (None, 1)
-            or c1 - c0 != o1 - o0
-        ):
+        if type(c0) is not int or type(c1) is not int or type(o0) is not int or type(o1) is not int:
+            return None
+        if c.step not in (None, 1) or o.step not in (None, 1) or c1 - c0 != o1 - o0:
             return None
         starts.append(c0)
         out_starts.append(o0)
@@ -335,6 +329,10 @@ class CpuBackend:
 
     def fetch(self, store: ChunkStore, keys: Sequence[str], codec: Codec) -> list[Any] | None:
         """Not here: the loops fetch on the host (the CPU's batches run in parallel anyway)."""
+        return None
+
+    def range_reads(self, store: ChunkStore, codec: Codec) -> None:
+        """Not here: the shard reader reads inner chunks on the host, into host memory."""
         return None
 
     def read_batch(

@@ -12,9 +12,10 @@ On the GPU a whole wave is fetched on the I/O threads and decoded in one call.
 
 Shards. Waves of shards bounded by ``max_bytes_in_flight``: phase one fetches, per shard, the
 union of the inner chunks its items need (:class:`~cuzarr.codecs.sharding.reader.ShardReader`
-picks how), phase two decodes every needed inner chunk of the wave (into the output itself for
-a whole-shard read, else into a buffer over the needed inner chunks' bounding box), phase three
-scatters each item's selection.
+picks how; into the backend's memory where :meth:`Backend.range_reads` gives a way), phase two
+decodes every needed inner chunk of the wave (into the output itself for a whole-shard read,
+else into a buffer over the needed inner chunks' bounding box), phase three scatters each
+item's selection.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy.typing as npt
 from cuzarr.backends.base import DecodeItem, InnerGrid
 from cuzarr.backends.cpu import parallel_map
 from cuzarr.codecs.base import Buf
-from cuzarr.codecs.sharding.reader import ShardBytes
+from cuzarr.codecs.sharding.reader import BackendReads, ShardBytes
 from cuzarr.engine.context import ArrayContext, run_batches, waves
 from cuzarr.engine.requests import ChunkRequest
 from cuzarr.engine.selection import flat_indexes, is_full, iter_blocks, needed_blocks, rebase
@@ -264,15 +265,16 @@ def read_shards(
     io = io_threads(store, ctx.settings)
     n = ctx.settings.n_threads
     backend = ctx.backend
+    reads = backend.range_reads(store, sh.inner)
     for wave in waves(list(groups), ctx.per_wave(ctx.codec.nbytes)):
 
         def fetch(key: str) -> list[tuple[int, _ShardItem]]:
-            return _fetch_group(ctx, store, key, [(i, *items[i]) for i in groups[key]], pool,
-                                policy)
+            members = [(i, *items[i]) for i in groups[key]]
+            return _fetch_group(ctx, store, key, members, pool, policy, reads)
 
-        reads = [pair for group in parallel_map(fetch, wave, io) for pair in group]
+        fetched = [pair for group in parallel_map(fetch, wave, io) for pair in group]
         tasks: list[tuple[_ShardItem, tuple[int, ...], Any]] = []
-        for _i, r in reads:
+        for _i, r in fetched:
             if r.found is None:
                 continue
             grid = _inner_grid(ctx, r)
@@ -305,7 +307,7 @@ def read_shards(
         def scatter_item(pair: tuple[int, _ShardItem]) -> None:
             results[pair[0]] = _scatter_shard(ctx, pair[1])
 
-        parallel_map(scatter_item, reads, n)
+        parallel_map(scatter_item, fetched, n)
         pool.release()
     return results
 
@@ -348,7 +350,8 @@ def _one_inner_chunk(
         flat = flat * per + b
     try:
         policy = read_policy(store, ctx.settings, coalescing)
-        found = ctx.shards.fetch(store, req.key, [flat], policy)
+        reads = ctx.backend.range_reads(store, sh.inner)
+        found = ctx.shards.fetch(store, req.key, [flat], policy, backend_reads=reads)
     except CorruptChunkError as exc:
         raise CorruptChunkError(f"Corrupt {ctx.shard_where(req.key)}: {exc}") from exc
     src = None if found is None else found.sources.get(flat)
@@ -372,8 +375,12 @@ def _fetch_group(
     members: list[tuple[int, ChunkRequest, Any, tuple[int, ...]]],
     pool: BufferPool,
     policy: ReadPolicy,
+    backend_reads: BackendReads | None = None,
 ) -> list[tuple[int, _ShardItem]]:
-    """Phase one for the items of one shard: fetch the union of their inner chunks once."""
+    """Phase one for the items of one shard: fetch the union of their inner chunks once.
+
+    ``backend_reads``: the backend's own reads of inner chunks (:meth:`Backend.range_reads`).
+    """
     sh = ctx.sharding
     assert sh is not None and ctx.shards is not None
     shard_shape = ctx.codec.shape
@@ -389,7 +396,7 @@ def _fetch_group(
     found = None
     if union:
         try:
-            found = ctx.shards.fetch(store, key, sorted(union), policy, pool)
+            found = ctx.shards.fetch(store, key, sorted(union), policy, pool, backend_reads)
         except CorruptChunkError as exc:
             raise CorruptChunkError(f"Corrupt {ctx.shard_where(key)}: {exc}") from exc
     reads: list[tuple[int, _ShardItem]] = []

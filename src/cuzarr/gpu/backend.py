@@ -32,10 +32,11 @@ from cuzarr.backends.base import (
 )
 from cuzarr.backends.cpu import parallel_map
 from cuzarr.codecs.base import Buf
+from cuzarr.codecs.sharding.reader import BackendReads
 from cuzarr.config import Settings
 from cuzarr.diagnostics import count, log_once
 from cuzarr.errors import CorruptChunkError, UnsupportedError
-from cuzarr.gpu import device, files
+from cuzarr.gpu import device, files, shard_reads
 from cuzarr.gpu.plan import GpuChain, classify_chain
 from cuzarr.stores.base import ChunkStore
 
@@ -115,25 +116,42 @@ class GpuBackend:
         """A wave of local files read straight into device memory with kvikio.
 
         For stores with device reads (local folders) and chains whose chunks the host needs
-        only the first bytes of (uncompressed, zstd, numcodecs LZ4; no crc32c). Others, and a
-        wave whose files changed while read (``gpu_device_read_retries``), are fetched on the
-        host and uploaded once per wave.
+        only the first and last bytes of (:func:`files.device_readable`: every GPU chain but
+        Blosc). Others, and a wave whose files changed while read
+        (``gpu_device_read_retries``), are fetched on the host and uploaded once per wave.
         """
-        if not store.caps.device_reads:
-            return None
-        chain = self.chain(codec)
-        readable = chain.compressor in files.DEVICE_READ_FORMATS
-        if not chain.gpu_decode or chain.crc32c or not readable:
+        chain = self._device_chain(store, codec)
+        if chain is None:
             return None
         paths = [store.local_file(k) for k in keys]
         present = [p for p in paths if p is not None]
-        chunks = files.read_files(present, chain.compressor) if present else []
+        chunks = files.read_files(present, chain) if present else []
         if chunks is None:
             count("gpu_device_read_retries")
             return None
         count("gpu_device_reads", len(present))
         found = iter(chunks)
         return [None if p is None else next(found) for p in paths]
+
+    def _device_chain(self, store: ChunkStore, codec: Codec) -> GpuChain | None:
+        """``codec``'s chain if its chunks in ``store`` are read into device memory, else None.
+
+        Local files of chains whose chunks the host needs only the first and last bytes of
+        (:func:`~cuzarr.gpu.files.device_readable`).
+        """
+        if not store.caps.device_reads:
+            return None
+        chain = self.chain(codec)
+        return chain if files.device_readable(chain) else None
+
+    def range_reads(self, store: ChunkStore, codec: Codec) -> BackendReads | None:
+        """Inner chunks of local shards read straight into device memory with kvikio.
+
+        For the chains :meth:`fetch` reads so; the index stays a host read from the shard
+        reader's open version (:mod:`cuzarr.gpu.shard_reads`).
+        """
+        chain = self._device_chain(store, codec) if store.caps.open_object else None
+        return None if chain is None else shard_reads.DeviceShardReads(store, chain)
 
     def read_batch(
         self,

@@ -5,11 +5,12 @@ run. Host-side work (stream location, Blosc parsing, packing, descriptors) is in
 :mod:`cuzarr.gpu.plan`, :mod:`cuzarr.gpu.streams` and :mod:`cuzarr.gpu.blosc_frames`, tested on
 the CPU.
 
-:func:`decode_chunks` decodes a wave of stored chunks of one chain: crc32c checked and wrappers
-stripped on the host, raw streams packed into one pinned buffer and copied to the device once,
-all streams decoded in one nvCOMP call per algorithm, Blosc blocks unshuffled in one kernel
-launch; :func:`to_chunk` swaps bytes and transposes. :func:`encode_chunks` is the reverse, in
-the bitstreams CPU libraries read.
+:func:`decode_chunks` decodes a wave of stored chunks of one chain: stored chunks packed into one
+pinned buffer and copied to the device once (or read there by kvikio), crc32c checksums
+verified on the device in one kernel launch, wrappers checked on the host from each chunk's
+first and last bytes, all raw streams decoded in one nvCOMP call per algorithm, Blosc blocks
+unshuffled in one kernel launch; :func:`to_chunk` swaps bytes and transposes.
+:func:`encode_chunks` is the reverse, in the bitstreams CPU libraries read.
 
 UNVERIFIED facts (nothing here has run on a GPU yet; the device simulator, tests/gpu_sim,
 assumes the permissive answer; ``bench/gpu_check/probe_api.py`` checks each, by the tag in
@@ -32,11 +33,10 @@ brackets):
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import cupy
 import numpy as np
@@ -47,13 +47,15 @@ from cuzarr.codecs.base import Buf
 from cuzarr.codecs.crc32c_ import Crc32cCodec
 from cuzarr.diagnostics import count
 from cuzarr.errors import CorruptChunkError, CuzarrError, UnsupportedError
-from cuzarr.gpu import blosc_frames, streams
-from cuzarr.gpu.files import ALIGN, DeviceChunk, aligned_slots, span
-from cuzarr.gpu.kernels import SOURCE
-from cuzarr.gpu.plan import MAX_SCATTER_DIMS, GpuChain, pack
+from cuzarr.gpu import blosc_frames, crc, streams
+from cuzarr.gpu.checksums import append_crc32c, checksums, verify_crc32c
+from cuzarr.gpu.files import ALIGN, DeviceChunk, aligned_slots, span, stream_prefix
+from cuzarr.gpu.launch import byteswap, copy_ranges, table_launch
+from cuzarr.gpu.plan import GpuChain, pack
 
 __all__ = [
     "all_fill",
+    "checksums",
     "decode_chunks",
     "encode_chunks",
     "gpu_only_decode",
@@ -65,7 +67,6 @@ __all__ = [
 MAX_BATCH = 65536
 #: nvCOMP's safe chunk size for LZ4/Snappy/Cascaded/Bitcomp/ANS RAW encode (gpu-facts.md).
 MAX_RAW_ENCODE = 16 * 1024 * 1024
-_THREADS = 256
 _ALGORITHM = {
     "zstd": "Zstd",
     "lz4": "LZ4",
@@ -151,16 +152,28 @@ def decode_batch(
     return out, starts
 
 
+class EncodedBatch(NamedTuple):
+    """A batch encoded on the device: its streams there and on the host."""
+
+    #: The device buffer holding every stream (uint8).
+    device: Any
+    #: Where each stream starts in ``device``, and its length.
+    starts: list[int]
+    sizes: list[int]
+    #: The same streams, copied to the host in one go.
+    host: list[npt.NDArray[np.uint8]]
+
+
 def encode_batch(
     algorithm: str, inputs: Sequence[Any], kind: str = "RAW", **options: Any
-) -> list[npt.NDArray[np.uint8]]:
-    """Encode flat uint8 device arrays with one nvCOMP call; the streams as host bytes.
+) -> EncodedBatch:
+    """Encode flat uint8 device arrays with one nvCOMP call; the streams on device and host.
 
     The outputs go to one device buffer cuzarr owns, sized by nvCOMP's bound for each input,
     and come back to the host in one copy [raw-encode].
     """
     if not inputs:
-        return []
+        return EncodedBatch(cupy.empty(1, cupy.uint8), [], [], [])
     codec = _codec(algorithm, kind, **options)
     arrays = [nvcomp.as_array(a) for a in inputs]
     bounds = [int(codec.get_max_comp_buffer_size(a)) for a in arrays]
@@ -168,53 +181,11 @@ def encode_batch(
     out = cupy.empty(max(1, span(starts, bounds)), cupy.uint8)
     outs = nvcomp.as_arrays(out, starts, bounds)
     config = codec.compression_config([int(a.size) for a in inputs])
-    sizes = codec.encode(nvcomp.as_arrays(arrays), out=outs, compression_config=config).buffer_sizes
+    got = codec.encode(nvcomp.as_arrays(arrays), out=outs, compression_config=config)
+    sizes = [int(n) for n in got.buffer_sizes]
     host = cupy.asnumpy(out)
-    return [host[s : s + int(n)] for s, n in zip(starts, sizes, strict=True)]
-
-
-@functools.cache
-def _kernel(name: str) -> Any:
-    return cupy.RawModule(code=SOURCE, options=("--std=c++14",)).get_function(name)
-
-
-def _launch(name: str, total: int, *args: Any) -> None:
-    if total <= 0:
-        return
-    blocks = min(65535 * 8, (total + _THREADS - 1) // _THREADS)
-    _kernel(name)((blocks,), (_THREADS,), args)
-
-
-def _table_launch(
-    name: str,
-    src: Any,
-    dst: Any,
-    table: npt.NDArray[np.int64],
-    sizes: npt.NDArray[np.int64],
-    *extra: Any,
-) -> None:
-    starts = np.zeros(len(sizes), np.int64)
-    if len(sizes) > 1:
-        np.cumsum(sizes[:-1], out=starts[1:])
-    total = int(sizes.sum())
-    _launch(
-        name,
-        total,
-        src,
-        dst,
-        cupy.asarray(table),
-        cupy.asarray(starts),
-        np.int64(len(sizes)),
-        np.int64(total),
-        *extra,
-    )
-
-
-def byteswap(data: Any, itemsize: int) -> Any:
-    """Reverse the bytes of each element of a flat uint8 device array."""
-    out = cupy.empty_like(data)
-    _launch("cuzarr_byteswap", data.size, data, out, np.int64(data.size), np.int64(itemsize))
-    return out
+    streams_ = [host[s : s + n] for s, n in zip(starts, sizes, strict=True)]
+    return EncodedBatch(out, starts, sizes, streams_)
 
 
 # ---------------------------------------------------------------------- pinned staging
@@ -239,62 +210,103 @@ class _Pinned:
 _pinned = _Pinned()
 
 
-def upload(parts: Sequence[Buf]) -> tuple[Any, list[int], list[int]]:
+def upload(
+    parts: Sequence[Buf], leads: Sequence[int] | None = None
+) -> tuple[Any, list[int], list[int]]:
     """Pack host byte strings into pinned memory and copy them to the device in one go.
 
     Returns the device buffer and each part's offset (``ALIGN``-aligned, as nvCOMP wants its
-    inputs) and size.
+    inputs; with ``leads``, byte ``leads[i]`` of each part is the aligned one) and size.
     """
     sizes = [memoryview(p).nbytes for p in parts]
-    total = sum((n + ALIGN - 1) // ALIGN * ALIGN for n in sizes)
-    batch = pack(parts, align=ALIGN, out=_pinned.get(total))
+    total = sum(sizes) + 2 * ALIGN * len(sizes)  # >= the packed size, pads included
+    batch = pack(parts, align=ALIGN, out=_pinned.get(total), leads=leads)
     dev = cupy.empty(max(1, batch.data.nbytes), cupy.uint8)
     if batch.data.nbytes:
         dev[: batch.data.nbytes].set(batch.data)
     return dev, batch.offsets.tolist(), sizes
 
 
-def copy_ranges(src: Any, dst: Any, ranges: Sequence[tuple[int, int, int]]) -> None:
-    """Copy byte ranges ``(src_offset, dst_offset, nbytes)`` between flat uint8 device arrays.
+def _one_buffer(chunks: Sequence[DeviceChunk], prefixes: Sequence[int]) -> list[DeviceChunk]:
+    """The chunks in one device buffer, each raw stream ``ALIGN``-aligned.
 
-    One launch of the scatter kernel (each range a one-dimensional box).
+    A wave read or uploaded in one piece is that already and stays where it is; chunks from
+    several buffers (shards read one by one) are copied into one, one copy launch per source
+    buffer, so that the wave is still one nvCOMP call.
     """
-    ranges = [r for r in ranges if r[2] > 0]
-    if not ranges:
-        return
-    width = 3 + 3 * MAX_SCATTER_DIMS
-    table = np.zeros((len(ranges), width), np.int64)
-    table[:, 3 : 3 + MAX_SCATTER_DIMS] = 1
-    for i, (s, d, n) in enumerate(ranges):
-        table[i, 0], table[i, 1], table[i, 2] = s, d, n
-        table[i, 3 + MAX_SCATTER_DIMS - 1] = n
-        table[i, 3 + 2 * MAX_SCATTER_DIMS - 1] = 1
-        table[i, 3 + 3 * MAX_SCATTER_DIMS - 1] = 1
-    _table_launch("cuzarr_scatter", src, dst, table, table[:, 2].copy(), np.int64(1))
+    first = chunks[0].buffer
+    if all(
+        c.buffer is first and (c.offset + p) % ALIGN == 0
+        for c, p in zip(chunks, prefixes, strict=True)
+    ):
+        return list(chunks)
+    pads = [(-p) % ALIGN for p in prefixes]
+    slots = [pad + c.size for pad, c in zip(pads, chunks, strict=True)]
+    starts = aligned_slots(slots, ALIGN)
+    buf = cupy.empty(max(1, span(starts, slots)), cupy.uint8)
+    by_source: dict[int, tuple[Any, list[tuple[int, int, int]]]] = {}
+    for c, start, pad in zip(chunks, starts, pads, strict=True):
+        by_source.setdefault(id(c.buffer), (c.buffer, []))[1].append(
+            (c.offset, start + pad, c.size)
+        )
+    for source, ranges in by_source.values():
+        copy_ranges(source, buf, ranges)
+    return [
+        DeviceChunk(buf, start + pad, c.size, c.head, c.tail)
+        for c, start, pad in zip(chunks, starts, pads, strict=True)
+    ]
 
 
 def _decode_device_chunks(chain: GpuChain, chunks: Sequence[DeviceChunk], nbytes: int) -> list[Any]:
-    """Decode chunks already in device memory (one :func:`read_files` wave)."""
+    """Decode stored chunks in device memory (read there by kvikio, or uploaded).
+
+    Their crc32c checksums are checked on the device, their wrappers on the host from their
+    first and last bytes; gzip's CRC-32 of the decoded bytes is checked on the device too.
+    """
     comp = chain.compressor
-    buf = chunks[0].buffer  # one read_files wave: one buffer
-    offsets: list[int] = []
-    lengths: list[int] = []
+    n_crc = chain.crc32c
+    prefixes: list[int] = []
     for i, c in enumerate(chunks):
         try:
+            if c.size < 4 * n_crc or len(memoryview(c.tail)) < 4 * n_crc:
+                raise CorruptChunkError(
+                    f"crc32c: {c.size} bytes is too short to hold {n_crc} checksum(s)"
+                )
+            prefix = stream_prefix(comp, c.head, c.size - 4 * n_crc)
+            if prefix is None:
+                raise UnsupportedError(f"{comp} header longer than the bytes read on the host")
+        except CuzarrError as exc:
+            raise type(exc)(f"chunk #{i}: {exc}") from exc
+        prefixes.append(prefix)
+    chunks = _one_buffer(chunks, prefixes)
+    buf = chunks[0].buffer
+    if n_crc:
+        verify_crc32c(chunks, n_crc)
+    offsets: list[int] = []
+    located: list[streams.RawStream] = []
+    for i, c in enumerate(chunks):
+        body = c.size - 4 * n_crc
+        try:
             if comp is None:
-                if c.size != nbytes:
-                    raise CorruptChunkError(f"stored {c.size} bytes, expected {nbytes}")
+                if body != nbytes:
+                    raise CorruptChunkError(f"stored {body} bytes, expected {nbytes}")
                 offsets.append(c.offset)
                 continue
-            # The head holds the whole prefix (locate refuses a shorter one).
-            stream = streams.locate(comp, c.head, nbytes)
+            tail = memoryview(c.tail).cast("B")
+            stream = streams.locate_parts(comp, c.head, tail[: len(tail) - 4 * n_crc], body, nbytes)
         except CuzarrError as exc:
             raise type(exc)(f"chunk #{i}: {exc}") from exc
         offsets.append(c.offset + stream.offset)
-        lengths.append(c.size - stream.offset)
+        located.append(stream)
     if comp is None:
         return [buf[o : o + nbytes] for o in offsets]
+    lengths = [s.length for s in located]
     out, starts = decode_batch(_ALGORITHM[comp], buf, offsets, lengths, [nbytes] * len(chunks))
+    if comp == "gzip":
+        decoded = checksums(out, [(s, nbytes, crc.register_after(0)) for s in starts], crc.CRC32)
+        for i, (got, stream) in enumerate(zip(decoded, located, strict=True)):
+            if got != stream.crc32:
+                raise CorruptChunkError(f"chunk #{i}: gzip stream: CRC-32 mismatch")
     return [out[s : s + nbytes] for s in starts]
 
 
@@ -302,7 +314,10 @@ def _decode_device_chunks(chain: GpuChain, chunks: Sequence[DeviceChunk], nbytes
 
 
 def _strip_crc(chain: GpuChain, raw: Buf) -> Buf:
-    """Verify and strip the chain's crc32c checksums, on the host (counted: no GPU path yet)."""
+    """Verify and strip crc32c checksums of a Blosc chunk on the host (counted).
+
+    Blosc frames are parsed on the host, whole, so their checksums are checked there.
+    """
     data = raw
     for _ in range(chain.crc32c):
         data = Crc32cCodec().decode(data, None)
@@ -311,44 +326,46 @@ def _strip_crc(chain: GpuChain, raw: Buf) -> Buf:
     return data
 
 
+def _on_device(chain: GpuChain, raws: Sequence[Any]) -> list[DeviceChunk]:
+    """The stored chunks of a wave in device memory: host bytes packed and uploaded once.
+
+    Each host chunk is placed so that its raw stream (after the wrapper's prefix) starts
+    ``ALIGN``-aligned; chunks already on the device (kvikio reads) stay where they are.
+    """
+    hosts = [i for i, r in enumerate(raws) if not isinstance(r, DeviceChunk)]
+    out: list[Any] = list(raws)
+    if not hosts:
+        return out
+    leads = []
+    for i in hosts:
+        n = memoryview(raws[i]).nbytes
+        leads.append(stream_prefix(chain.compressor, raws[i], n - 4 * chain.crc32c) or 0)
+    dev, offsets, sizes = upload([raws[i] for i in hosts], leads)
+    for i, offset, size in zip(hosts, offsets, sizes, strict=True):
+        out[i] = DeviceChunk(dev, offset, size, raws[i], raws[i])
+    return out
+
+
 def decode_chunks(chain: GpuChain, raws: Sequence[Any], nbytes: int) -> list[Any]:
     """Decode stored chunks of one chain to flat uint8 device arrays (stored element order).
 
-    Host bytes: wrappers are checked and stripped on the host, the raw streams packed into
-    one pinned buffer and uploaded in one copy, then decoded with one nvCOMP call per
-    algorithm. :class:`DeviceChunk` s (device reads) are decoded where they are.
+    Host bytes are packed into one pinned buffer and uploaded in one copy; chunks already in
+    device memory (:class:`DeviceChunk`, kvikio reads) are decoded where they are. Checksums
+    are verified on the device, wrappers checked on the host, then one nvCOMP call per
+    algorithm decodes every raw stream.
 
     Raises
     ------
     CorruptChunkError
-        For a chunk whose wrapper, frame or decoded size is wrong (the message has the index
-        of the chunk in ``raws``; the engine adds the key).
+        For a chunk whose checksum, wrapper, frame or decoded size is wrong (the message has
+        the index of the chunk in ``raws``; the engine adds the key).
     """
-    comp = chain.compressor
-    if raws and isinstance(raws[0], DeviceChunk):
-        return _decode_device_chunks(chain, raws, nbytes)
-    if comp == "blosc":
-        return _decode_blosc(chain, raws, nbytes)
-    parts: list[Buf] = []
-    for i, raw in enumerate(raws):
-        try:
-            data = _strip_crc(chain, raw)
-            if comp is None:
-                if memoryview(data).nbytes != nbytes:
-                    raise CorruptChunkError(
-                        f"stored {memoryview(data).nbytes} bytes, expected {nbytes}"
-                    )
-                parts.append(data)
-            else:
-                stream = streams.locate(comp, data, nbytes)
-                parts.append(memoryview(data)[stream.offset : stream.offset + stream.length])
-        except CuzarrError as exc:
-            raise type(exc)(f"chunk #{i}: {exc}") from exc
-    dev, offsets, sizes = upload(parts)
-    if comp is None:
-        return [dev[o : o + nbytes] for o in offsets]
-    out, starts = decode_batch(_ALGORITHM[comp], dev, offsets, sizes, [nbytes] * len(parts))
-    return [out[s : s + nbytes] for s in starts]
+    if chain.compressor == "blosc":
+        hosts = [r.host() if isinstance(r, DeviceChunk) else r for r in raws]
+        return _decode_blosc(chain, hosts, nbytes)
+    if not raws:
+        return []
+    return _decode_device_chunks(chain, _on_device(chain, raws), nbytes)
 
 
 def _decode_blosc(chain: GpuChain, raws: Sequence[Buf], nbytes: int) -> list[Any]:
@@ -413,7 +430,7 @@ def _decode_blosc(chain: GpuChain, raws: Sequence[Buf], nbytes: int) -> list[Any
         ):
             if rows:
                 table = np.array(rows, np.int64)
-                _table_launch(kernel, shuffled, out, table, table[:, 2].copy())
+                table_launch(kernel, shuffled, out, table, table[:, 2].copy())
     return [out[i * nbytes : (i + 1) * nbytes] for i in range(len(raws))]
 
 
@@ -436,8 +453,23 @@ def all_fill(chunk: Any, fill: Any) -> Any:
     return (chunk == fill).all()
 
 
+def _packed(flats: Sequence[Any]) -> tuple[Any, list[int], list[int]]:
+    """Flat device arrays copied into one device buffer: the buffer, each start and size."""
+    sizes = [int(f.size) for f in flats]
+    starts = aligned_slots(sizes, ALIGN)
+    buf = cupy.empty(max(1, span(starts, sizes)), cupy.uint8)
+    for f, start, n in zip(flats, starts, sizes, strict=True):
+        buf[start : start + n] = f
+    return buf, starts, sizes
+
+
 def encode_chunks(chain: GpuChain, chunks: Sequence[Any]) -> list[npt.NDArray[np.uint8]]:
-    """Encode chunk-shaped device arrays in the chain's CPU-readable bitstreams (host bytes)."""
+    """Encode chunk-shaped device arrays in the chain's CPU-readable bitstreams (host bytes).
+
+    Checksums are computed on the device where the bytes are: gzip's CRC-32 of each chunk,
+    and the crc32c of each stored chunk (the raw stream on the device, continued on the host
+    over the few wrapper bytes around it).
+    """
     flats = []
     for c in chunks:
         arr = c
@@ -449,20 +481,26 @@ def encode_chunks(chain: GpuChain, chunks: Sequence[Any]) -> list[npt.NDArray[np
         flats.append(flat)
     comp = chain.compressor
     if comp is None:
-        blobs = [cupy.asnumpy(f) for f in flats]
+        buf, starts, sizes = _packed(flats)
+        host = cupy.asnumpy(buf)
+        blobs = [host[s : s + n] for s, n in zip(starts, sizes, strict=True)]
     else:
         if comp in ("lz4",) and any(f.size > MAX_RAW_ENCODE for f in flats):
             raise UnsupportedError("LZ4 chunks over 16 MiB are encoded on the CPU")
-        raws = encode_batch(_ALGORITHM[comp], flats)
+        enc = encode_batch(_ALGORITHM[comp], flats)
+        buf, starts, sizes = enc.device, enc.starts, enc.sizes
+        crc32s: list[int | None] = [None] * len(flats)
+        if comp == "gzip":
+            packed, at, ns = _packed(flats)
+            ranges = [(s, n, crc.register_after(0)) for s, n in zip(at, ns, strict=True)]
+            crc32s = list(checksums(packed, ranges, crc.CRC32))
         blobs = []
-        for f, r in zip(flats, raws, strict=True):
-            decoded = cupy.asnumpy(f) if comp in ("zlib", "gzip") else None
-            wrapped = streams.wrap(comp, r, decoded, int(f.size))
+        for f, r, c32 in zip(flats, enc.host, crc32s, strict=True):
+            decoded = cupy.asnumpy(f) if comp == "zlib" else None  # Adler-32 on the host
+            wrapped = streams.wrap(comp, r, decoded, int(f.size), crc32=c32)
             blobs.append(np.frombuffer(wrapped, np.uint8))
-    for _ in range(chain.crc32c):
-        blobs = [np.frombuffer(bytes(Crc32cCodec().encode(b)), np.uint8) for b in blobs]
     if chain.crc32c:
-        count("gpu_host_crc32c", len(blobs))  # computed on the host: no GPU path yet
+        blobs = append_crc32c(chain, blobs, buf, starts, sizes)
     return blobs
 
 

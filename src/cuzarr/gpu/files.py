@@ -16,18 +16,25 @@ from typing import Any
 
 import cupy
 
+from cuzarr.codecs.base import Buf
+from cuzarr.errors import CorruptChunkError, UnsupportedError
+from cuzarr.gpu import streams
+from cuzarr.gpu.plan import GpuChain
+
 __all__ = [
     "ALIGN",
-    "DEVICE_READ_FORMATS",
     "HEAD_BYTES",
     "DeviceChunk",
     "aligned_slots",
+    "device_readable",
     "device_report",
     "gdsinfo",
     "read_file_exact",
     "read_file_into",
     "read_files",
     "span",
+    "stream_prefix",
+    "tail_bytes",
 ]
 
 #: Alignment of every nvCOMP input and output (>= any algorithm's required alignment).
@@ -48,24 +55,57 @@ def span(starts: Sequence[int], sizes: Sequence[int]) -> int:
     return int(starts[-1]) + int(sizes[-1]) if len(starts) else 0
 
 
-#: Formats whose chunks are read straight into device memory: the host needs only their first
-#: bytes (a zstd frame header, numcodecs' LZ4 size prefix; nothing for uncompressed chunks).
-DEVICE_READ_FORMATS: dict[str | None, int] = {None: 0, "zstd": 0, "lz4": 4}
 #: Bytes of each file also read on the host, for its header (a zstd frame header is <= 18).
 HEAD_BYTES = 32
 
 
+def device_readable(chain: GpuChain) -> bool:
+    """Whether chunks of ``chain`` can be read straight into device memory.
+
+    The host then holds only their first and last bytes: enough for every wrapper the GPU
+    path strips (zstd frame header, numcodecs' LZ4 prefix, zlib/gzip header and trailer,
+    crc32c checksums, checked on the device). Blosc frames are parsed on the host, whole.
+    """
+    return chain.gpu_decode and chain.compressor in (None, *streams.TRAILER_BYTES)
+
+
+def tail_bytes(chain: GpuChain) -> int:
+    """Bytes at the end of each chunk the host needs: trailers and crc32c checksums."""
+    trailer = streams.TRAILER_BYTES.get(chain.compressor, 0) if chain.compressor else 0
+    return trailer + 4 * chain.crc32c
+
+
+def stream_prefix(compressor: str | None, head: Buf, size: int) -> int | None:
+    """Bytes before the raw stream of a ``size``-byte stored chunk (crc32c trailers excluded).
+
+    ``None`` when ``head`` is too short to tell (a gzip header with long optional fields):
+    such a chunk is read on the host. A malformed wrapper gives 0 here and is named when
+    the chunk is decoded.
+    """
+    if compressor is None:
+        return 0
+    try:
+        return streams.prefix_length(compressor, head, size)
+    except UnsupportedError:
+        return None
+    except CorruptChunkError:
+        return 0
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class DeviceChunk:
-    """A stored chunk read into device memory: ``buffer[offset : offset + size]``.
+    """A stored chunk in device memory: ``buffer[offset : offset + size]``.
 
-    ``head`` holds its first bytes (up to ``HEAD_BYTES``), read on the host.
+    ``head`` holds its first bytes (at least ``HEAD_BYTES``, or all of them), ``tail`` its
+    last bytes (at least :func:`tail_bytes` of its chain), both on the host; either may be
+    the whole chunk.
     """
 
     buffer: Any
     offset: int
     size: int
-    head: bytes
+    head: Buf
+    tail: Buf = b""
 
     def host(self) -> bytes:
         """The stored bytes on the host (error paths and CPU fallbacks only)."""
@@ -76,38 +116,43 @@ def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def read_files(paths: Sequence[str], compressor: str | None) -> list[DeviceChunk] | None:
+def read_files(paths: Sequence[str], chain: GpuChain) -> list[DeviceChunk] | None:
     """Read whole files into one device buffer with kvikio (GDS, or its compatibility mode).
 
-    Every file lands in its own slot, placed so that its raw stream (after the format's
-    prefix, ``DEVICE_READ_FORMATS``) starts ``ALIGN``-aligned; all reads are issued before
-    any is awaited, so kvikio's threads run them together. Each file's first bytes are also
-    read on the host, for the header checks.
+    Each file's first ``HEAD_BYTES`` and last :func:`tail_bytes` bytes are read on the host
+    first (for the wrapper checks); then every file lands in its own slot, placed so that its
+    raw stream (after the wrapper's prefix) starts ``ALIGN``-aligned, all reads issued before
+    any is awaited, so kvikio's threads run them together.
 
     Returns
     -------
     list of DeviceChunk, or None
         ``None`` when a file vanished or changed while it was read (writers replace files
-        atomically: a new inode, size or mtime); the caller then reads on the host, where one
-        descriptor sees one version.
+        atomically: a new inode, size or mtime), or a header was too long to place it; the
+        caller then reads on the host, where one descriptor sees one version.
     """
     import kvikio
 
     try:
         before = [_identity(os.stat(p)) for p in paths]
+        need = tail_bytes(chain)
+        ends = [_head_and_tail(p, st[2], need) for p, st in zip(paths, before, strict=True)]
     except FileNotFoundError:
         return None
     sizes = [b[2] for b in before]
-    pad = (-DEVICE_READ_FORMATS[compressor]) % ALIGN
-    starts = aligned_slots([n + pad for n in sizes], ALIGN)
-    buf = cupy.empty(max(1, span(starts, [n + pad for n in sizes])), cupy.uint8)
-    heads: list[bytes] = []
+    pads: list[int] = []
+    for (head, _), n in zip(ends, sizes, strict=True):
+        prefix = stream_prefix(chain.compressor, head, n - 4 * chain.crc32c)
+        if prefix is None:
+            return None
+        pads.append((-prefix) % ALIGN)
+    slots = [p + n for p, n in zip(pads, sizes, strict=True)]
+    starts = aligned_slots(slots, ALIGN)
+    buf = cupy.empty(max(1, span(starts, slots)), cupy.uint8)
     files: list[Any] = []
     futures: list[Any] = []
     try:
-        for path, start, n in zip(paths, starts, sizes, strict=True):
-            with open(path, "rb") as fh:
-                heads.append(fh.read(HEAD_BYTES))
+        for path, start, pad, n in zip(paths, starts, pads, sizes, strict=True):
             cf = kvikio.CuFile(path, "r")
             files.append(cf)
             futures.append(cf.pread(buf[start + pad : start + pad + n], n, 0))
@@ -121,9 +166,20 @@ def read_files(paths: Sequence[str], compressor: str | None) -> list[DeviceChunk
     if got != sizes or after != before:
         return None
     return [
-        DeviceChunk(buf, start + pad, n, head)
-        for start, n, head in zip(starts, sizes, heads, strict=True)
+        DeviceChunk(buf, start + pad, n, head, tail)
+        for start, pad, n, (head, tail) in zip(starts, pads, sizes, ends, strict=True)
     ]
+
+
+def _head_and_tail(path: str, size: int, tail: int) -> tuple[bytes, bytes]:
+    """The first ``HEAD_BYTES`` and the last ``tail`` bytes of a file of ``size`` bytes."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        head = os.pread(fd, HEAD_BYTES, 0)
+        end = os.pread(fd, min(tail, size), size - min(tail, size)) if tail else b""
+    finally:
+        os.close(fd)
+    return head, end
 
 
 def read_file_exact(path: str, out: Any) -> int | None:

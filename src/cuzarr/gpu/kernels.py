@@ -10,19 +10,23 @@ kernel                        reference
 ``cuzarr_bit_unshuffle``      :func:`~cuzarr.gpu.plan.bit_unshuffle_indices`
 ``cuzarr_byteswap``           :func:`~cuzarr.gpu.plan.byteswap_indices`
 ``cuzarr_scatter``            :func:`~cuzarr.gpu.plan.scatter_indices`
+``cuzarr_crc``                :mod:`cuzarr.gpu.crc` (one thread per segment)
 ============================  =======================================
 
 The batched unshuffle kernels take a table of blocks (one row per Blosc block of every frame
 of a wave: source offset, destination offset, size, typesize) and a prefix sum of block sizes,
-so one launch unshuffles a whole wave. The CPU test suite compiles these sources with the host
-C++ compiler (kernel qualifiers stubbed out) to catch syntax errors before a GPU run.
+so one launch unshuffles a whole wave. ``cuzarr_crc`` computes the CRC-32C (or CRC-32) of a
+table of byte ranges in one launch (:mod:`cuzarr.gpu.crc` explains the arithmetic). The CPU
+test suite compiles these sources with the host C++ compiler (kernel qualifiers stubbed out)
+to catch syntax errors before a GPU run, and runs ``cuzarr_crc`` there, thread by thread,
+against the ``crc32c`` package and :func:`zlib.crc32`.
 
 Not verified on a GPU yet: launch configurations and throughput (see docs/gpu.md).
 """
 
 from __future__ import annotations
 
-__all__ = ["BLOCK_TABLE_FIELDS", "KERNEL_NAMES", "SOURCE"]
+__all__ = ["BLOCK_TABLE_FIELDS", "CRC_TABLE_FIELDS", "KERNEL_NAMES", "SOURCE"]
 
 #: Columns of the int64 block table the unshuffle kernels read (row-major, one row per block).
 BLOCK_TABLE_FIELDS = ("src", "dst", "nbytes", "typesize")
@@ -32,11 +36,16 @@ KERNEL_NAMES = (
     "cuzarr_bit_unshuffle",
     "cuzarr_byteswap",
     "cuzarr_scatter",
+    "cuzarr_crc",
 )
+
+#: Columns of the int64 range table ``cuzarr_crc`` reads (one row per range).
+CRC_TABLE_FIELDS = ("offset", "nbytes", "register")
 
 SOURCE = r"""
 typedef long long i64;
 typedef unsigned char u8;
+typedef unsigned int u32;
 
 // Block b owning global byte i: binary search in the exclusive prefix sum of block sizes.
 __device__ __forceinline__ i64 cuzarr_find_block(const i64* starts, i64 nblocks, i64 i) {
@@ -122,6 +131,55 @@ extern "C" __global__ void cuzarr_scatter(
         for (i64 k = 0; k < itemsize; ++k) {
             dst[d * itemsize + k] = src[s * itemsize + k];
         }
+    }
+}
+
+// a * b modulo the polynomial, in reflected bit order (bit 31 is x^0).
+__device__ __forceinline__ u32 cuzarr_gf2_mul(u32 a, u32 b, u32 poly) {
+    u32 p = 0;
+    for (int i = 0; i < 32; ++i) {
+        if (a & (0x80000000u >> i)) p ^= b;
+        b = (b & 1u) ? ((b >> 1) ^ poly) : (b >> 1);
+    }
+    return p;
+}
+
+// The register after n zero bytes: crc * x^(8n); x2n[k] = x^(2^k) mod the polynomial.
+__device__ __forceinline__ u32 cuzarr_crc_shift(u32 crc, i64 n, const u32* x2n, u32 poly) {
+    u32 p = 0x80000000u;
+    int k = 3;
+    for (i64 m = n; m > 0; m >>= 1, ++k) {
+        if (m & 1) p = cuzarr_gf2_mul(x2n[k], p, poly);
+    }
+    return cuzarr_gf2_mul(p, crc, poly);
+}
+
+// CRCs of a table of byte ranges (row: offset, nbytes, initial register), one thread per
+// segment of seg bytes (starts: exclusive prefix sum of each row's segments, at least one).
+// A thread runs the byte table over its segment, from the row's register for the first
+// segment and from 0 for the others, shifts the result past the row's bytes after the
+// segment, and XORs it into out[row] (zeroed by the caller); the first segment's thread
+// also applies the final XOR. CRCs are linear, so out[row] is the CRC of the whole range.
+extern "C" __global__ void cuzarr_crc(
+        const u8* src, u32* out, const i64* table, const i64* starts, const u32* bytes_table,
+        const u32* x2n, i64 nrows, i64 total, i64 seg, u32 poly) {
+    for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (i64)blockDim.x * gridDim.x) {
+        i64 r = cuzarr_find_block(starts, nrows, t);
+        const i64* row = table + 3 * r;
+        i64 k = t - starts[r];
+        i64 off = k * seg;
+        i64 n = row[1] - off;
+        if (n > seg) n = seg;
+        if (n < 0) n = 0;
+        u32 c = (k == 0) ? (u32)row[2] : 0u;
+        const u8* p = src + row[0] + off;
+        for (i64 j = 0; j < n; ++j) {
+            c = bytes_table[(c ^ p[j]) & 0xFFu] ^ (c >> 8);
+        }
+        c = cuzarr_crc_shift(c, row[1] - off - n, x2n, poly);
+        if (k == 0) c ^= 0xFFFFFFFFu;
+        atomicXor(out + r, c);
     }
 }
 """

@@ -262,7 +262,11 @@ class PackedBatch:
 
 
 def pack(
-    parts: Sequence[Buf], *, align: int = 8, out: npt.NDArray[np.uint8] | None = None
+    parts: Sequence[Buf],
+    *,
+    align: int = 8,
+    out: npt.NDArray[np.uint8] | None = None,
+    leads: Sequence[int] | None = None,
 ) -> PackedBatch:
     """Pack byte strings into one buffer (``out`` when given and large enough: pinned memory).
 
@@ -274,12 +278,19 @@ def pack(
         Alignment of each part's start (nvCOMP wants aligned inputs).
     out : numpy.ndarray of uint8, optional
         Destination (used when it holds the packed size, else a new array is made).
+    leads : sequence of int, optional
+        Align byte ``leads[i]`` of each part instead of its start (a raw stream behind a
+        wrapper's prefix); the part then starts up to ``align - 1`` bytes into its slot.
     """
     sizes = np.array([memoryview(p).nbytes for p in parts], dtype=np.int64)
-    padded = (sizes + (align - 1)) // align * align
+    pads = np.zeros(len(parts), np.int64)
+    if leads is not None:
+        pads = (-np.asarray(leads, np.int64)) % align
+    padded = (pads + sizes + (align - 1)) // align * align
     offsets = np.zeros(len(parts), np.int64)
     if len(parts) > 1:
         np.cumsum(padded[:-1], out=offsets[1:])
+    offsets += pads
     total = int(padded.sum()) if len(parts) else 0
     data = out[:total] if out is not None and out.nbytes >= total else np.empty(total, np.uint8)
     for p, off, size in zip(parts, offsets.tolist(), sizes.tolist(), strict=True):

@@ -80,7 +80,10 @@ class StoreCaps:
     device_reads : bool
         Objects are local files (:meth:`ChunkStore.local_file`, :meth:`ChunkStore.file_paths`):
         the GPU backend reads them straight into device memory with kvikio (GPUDirect Storage
-        where the system has it), the CPU backend reads batches of small chunks from C.
+        where the system has it), the CPU backend reads batches of small chunks from C. With
+        ``open_object``, an :class:`ObjectReader`'s ``token`` is then its file's
+        ``(st_dev, st_ino, st_size, st_mtime_ns)``: the GPU backend compares it with the path's
+        to read a shard's inner chunks by path from the version whose index it read.
     box_puts : bool
         :meth:`ChunkStore.put_boxes` encodes boxes of an array and writes them as files in one
         call into C (local folders with the batch helper).

@@ -6,7 +6,11 @@ chunks asked for, choosing by what the store can do (its :class:`~cuzarr.stores.
 - every inner chunk needed: the whole shard in one read, index included;
 - a store that opens one version of an object (local files, memory): the index and the needed
   ranges from that one version; the decoded index is reused when the index bytes are equal to
-  the last ones seen for the key (equal bytes, equal table: never stale, whoever writes);
+  the last ones seen for the key (equal bytes, equal table: never stale, whoever writes). A
+  caller may pass :class:`BackendReads` (the engine's backend's, see
+  :meth:`~cuzarr.backends.base.Backend.range_reads`): the ranges, and for a whole shard one
+  range over all its inner chunks, then go to it (the GPU backend reads them into device
+  memory); where it declines (the object changed on disk), they are read from the open version;
 - any other (remote) store: a cached index if one is usable, else the whole shard in one
   request when the unneeded bytes are few (``max_overfetch``), else the index (one request) and
   then the needed ranges, merged within the call's bounds. With a version (ETag) the ranges are
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -34,7 +38,7 @@ from cuzarr.errors import CorruptChunkError, StaleObjectError
 from cuzarr.stores.base import BufferPool, ChunkStore, ObjectReader, Range, Suffix
 from cuzarr.stores.ranges import ByteRange, CoalescedRange, ReadPolicy, coalesce
 
-__all__ = ["ShardBytes", "ShardReader", "raw_index"]
+__all__ = ["BackendReads", "ShardBytes", "ShardReader", "raw_index"]
 
 
 def raw_index(sh: ShardingCodec, reader: ObjectReader) -> bytes:
@@ -57,12 +61,46 @@ Table = npt.NDArray[np.uint64]
 Entry = tuple[Table, int | None, object]
 
 
+class BackendReads(Protocol):
+    """Reads byte ranges of one open shard into a backend's own memory.
+
+    A backend that can (:meth:`~cuzarr.backends.base.Backend.range_reads`; the GPU backend:
+    kvikio into device memory) hands one to the shard reader, which calls it with the reads it
+    planned on a version it holds open; it knows nothing of the memory the bytes land in.
+    """
+
+    def __call__(
+        self, key: str, reader: ObjectReader, reads: Sequence[CoalescedRange]
+    ) -> Mapping[int, Any] | None:
+        """The stored bytes of every part of ``reads``, by the part's tag.
+
+        Parameters
+        ----------
+        key : str
+            The shard's key.
+        reader : ObjectReader
+            The open version the shard's index was read from; the bytes must be this
+            version's. Every read lies inside it (``reader.size``).
+        reads : sequence of CoalescedRange
+            The reads (ascending), each covering the inner chunks in its ``parts``.
+
+        Returns
+        -------
+        Mapping or None
+            Per part's tag, what the backend's ``decode`` takes as ``DecodeItem.raw``;
+            ``None``: not done (the object changed since ``reader`` opened it, ...), the shard
+            reader then reads the ranges from ``reader`` on the host.
+        """
+        ...
+
+
 class ShardBytes(NamedTuple):
     """What :meth:`ShardReader.fetch` found: the index and the present inner chunks' bytes."""
 
     table: Table
-    #: C-order inner chunk index -> its stored bytes (absent: empty, reads as the fill value).
-    sources: Mapping[int, Buf]
+    #: C-order inner chunk index -> its stored bytes (absent: empty, reads as the fill value):
+    #: host bytes, or what the caller's :class:`BackendReads` returned for it.
+    sources: Mapping[int, Any]
     #: The whole shard's bytes when it was read in one piece (the table's offsets index it),
     #: for decoders that take many inner chunks at once; else ``None``.
     whole: npt.NDArray[np.uint8] | None = None
@@ -109,27 +147,31 @@ class ShardReader:
         flat: Sequence[int],
         policy: ReadPolicy,
         pool: BufferPool | None = None,
+        backend_reads: BackendReads | None = None,
     ) -> ShardBytes | None:
         """The index of shard ``key`` and the bytes of its inner chunks ``flat`` (sorted).
 
-        ``None`` if the shard is missing.
+        ``None`` if the shard is missing. With ``backend_reads``, on a store that opens one
+        version of an object, the inner chunks' bytes are read by it (see
+        :class:`BackendReads`), the whole shard too (as one range over its inner chunks, the
+        index read on its own).
 
         Raises
         ------
         CorruptChunkError
             If the index or the shard is malformed (the caller names the shard).
         """
-        sh = self.codec
-        if len(flat) == sh.n_inner:
-            return self._whole(store, key, flat, pool, policy.remote)
-        if store.caps.open_object:
+        whole = len(flat) == self.codec.n_inner
+        if store.caps.open_object and (backend_reads is not None or not whole):
             reader = store.open_object(key)
             if reader is None:
                 return None
             try:
-                return self._one_version(key, reader, flat, policy)
+                return self._one_version(key, reader, flat, policy, backend_reads)
             finally:
                 reader.close()
+        if whole:
+            return self._whole(store, key, flat, pool, policy.remote)
         return self._partial(store, key, flat, pool, policy)
 
     # ------------------------------------------------------------------ strategies
@@ -152,12 +194,19 @@ class ShardReader:
         return ShardBytes(table, InnerSources(u8, table), np.ascontiguousarray(u8))
 
     def _one_version(
-        self, key: str, reader: ObjectReader, flat: Sequence[int], policy: ReadPolicy
+        self,
+        key: str,
+        reader: ObjectReader,
+        flat: Sequence[int],
+        policy: ReadPolicy,
+        backend_reads: BackendReads | None = None,
     ) -> ShardBytes:
         """Index and needed inner chunks of one open version of the shard.
 
         The raw index is always read (one small read from the open object); its decoded and
-        validated table is reused when the bytes equal the last ones seen for this key.
+        validated table is reused when the bytes equal the last ones seen for this key. The
+        inner chunks are read by ``backend_reads`` when given (every inner chunk: one read
+        over them all), else (or where it declines) from the open object.
         """
         sh = self.codec
         raw = raw_index(sh, reader)
@@ -169,6 +218,14 @@ class ShardReader:
         else:
             table = sh.decode_index(raw, shard_nbytes=reader.size)
             self.version_cache.put(key, table, reader.size, token)
+        if backend_reads is not None:
+            # The table was checked against ``reader.size``: every read lies inside it.
+            reads = self._plan(table, flat, policy, whole=len(flat) == sh.n_inner)
+            got = backend_reads(key, reader, reads) if reads else {}
+            if got is not None:
+                return ShardBytes(table, got)
+            # Declined (the file changed since it was opened): this version's bytes, on the host.
+            return ShardBytes(table, self._split(reads, reader.read(_spans(reads))))
         sources = self._ranges(reader.read, table, flat, policy)
         assert sources is not None  # an open object cannot go missing
         return ShardBytes(table, sources)
@@ -271,20 +328,41 @@ class ShardReader:
         to a store that merges them itself (an inner chunk it returns nothing for reads as
         the fill value, as in zarr).
         """
+        reads = self._plan(table, flat, policy)
+        if not reads:
+            return {}
+        data = fetch(_spans(reads))
+        if data is None:
+            return None
+        return self._split(reads, data)
+
+    @staticmethod
+    def _plan(
+        table: Table, flat: Sequence[int], policy: ReadPolicy, *, whole: bool = False
+    ) -> list[CoalescedRange]:
+        """The reads of the present inner chunks among ``flat``, merged within the policy.
+
+        ``whole``: one read from the first inner chunk's start to the last one's end (a
+        whole-shard read without its index). A store that merges ranges itself gets one
+        read per inner chunk.
+        """
         ranges = [
             ByteRange(int(table[i, 0]), int(table[i, 1]), i) for i in flat if table[i, 0] != EMPTY
         ]
         if not ranges:
-            return {}
-        reads: list[CoalescedRange]
+            return []
+        if whole:
+            start = min(r.start for r in ranges)
+            end = max(r.start + r.length for r in ranges)
+            return [CoalescedRange(start, end - start, tuple(ranges))]
         if policy.delegated:
-            reads = [CoalescedRange(r.start, r.length, (r,)) for r in ranges]
-        else:
-            limits = policy.limits
-            reads = coalesce(ranges, max_gap=limits.max_gap, max_size=limits.max_bytes)
-        data = fetch([(r.start, r.length) for r in reads])
-        if data is None:
-            return None
+            return [CoalescedRange(r.start, r.length, (r,)) for r in ranges]
+        limits = policy.limits
+        return coalesce(ranges, max_gap=limits.max_gap, max_size=limits.max_bytes)
+
+    @staticmethod
+    def _split(reads: Sequence[CoalescedRange], data: Sequence[Buf | None]) -> dict[int, Buf]:
+        """Each part's bytes out of its read's (a read with nothing returned is left out)."""
         sources: dict[int, Buf] = {}
         for read, buf in zip(reads, data, strict=True):
             if buf is None:
@@ -298,3 +376,8 @@ class ShardReader:
                 off = part.start - read.start
                 sources[part.tag] = buf[off : off + part.length]
         return sources
+
+
+def _spans(reads: Sequence[CoalescedRange]) -> list[tuple[int, int]]:
+    """``(start, length)`` of each read."""
+    return [(r.start, r.length) for r in reads]
