@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+import cuzarr
 from cuzarr.backends import gpu_status
 
 
@@ -30,3 +31,14 @@ def _fresh_device_record() -> None:
         return
     if gpu_sim.installed():
         gpu_sim.reset()
+
+
+@pytest.fixture
+def sim():
+    """The device simulator, its record and cuzarr's counters reset (skips on a real GPU)."""
+    gpu_sim = pytest.importorskip("gpu_sim")
+    if not gpu_sim.installed():
+        pytest.skip("reads the device simulator's record (run with --gpu-sim)")
+    gpu_sim.reset()
+    cuzarr.reset_stats()
+    return gpu_sim

@@ -34,16 +34,6 @@ N_CHUNKS = 4 * 5
 
 
 @pytest.fixture
-def sim():
-    gpu_sim = pytest.importorskip("gpu_sim")
-    if not gpu_sim.installed():
-        pytest.skip("reads the device simulator's record (run with --gpu-sim)")
-    gpu_sim.reset()
-    cuzarr.reset_stats()
-    return gpu_sim
-
-
-@pytest.fixture
 def store_reads(sim, monkeypatch):
     """Paths the stand-in ``GDSStore.get`` read (its module's ``_read``, not the class)."""
     from gpu_sim import _kvikio_zarr

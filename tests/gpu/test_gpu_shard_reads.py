@@ -39,16 +39,6 @@ CHAINS = {
 }
 
 
-@pytest.fixture
-def sim():
-    gpu_sim = pytest.importorskip("gpu_sim")
-    if not gpu_sim.installed():
-        pytest.skip("reads the device simulator's record (run with --gpu-sim)")
-    gpu_sim.reset()
-    cuzarr.reset_stats()
-    return gpu_sim
-
-
 def _events(sim, kind, name=None):
     return [e for e in sim.events if e.kind == kind and (name is None or e.name == name)]
 

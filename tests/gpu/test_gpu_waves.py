@@ -19,16 +19,6 @@ pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 
 
-@pytest.fixture
-def sim():
-    gpu_sim = pytest.importorskip("gpu_sim")
-    if not gpu_sim.installed():
-        pytest.skip("reads the device simulator's record (run with --gpu-sim)")
-    gpu_sim.reset()
-    cuzarr.reset_stats()
-    return gpu_sim
-
-
 def _events(sim, kind, name=None):
     return [e for e in sim.events if e.kind == kind and (name is None or e.name == name)]
 
