@@ -97,9 +97,12 @@ def test_batched_reads_equal_zarr(
         calls.clear()
         assert_same_array(a[selection], data[selection], msg=repr(selection))
         if selection == np.s_[10:30, :, None, 1:20:2]:
-            # Steps: batch decodes, in batches sized for the read's 270 chunks (the first
-            # batch all stored).
-            assert max(calls) == cpu_backend.read_batch_size(270, threads)
+            # Steps in the chunk: placed from C as boxes with a step, no general decode.
+            assert calls == [], calls
+        if selection == np.s_[:, 17, :]:
+            # A dropped axis: batch decodes, in batches sized for the read's 50 chunks (25
+            # stored, the others of the fill value).
+            assert sum(calls) == 25 and max(calls) == cpu_backend.read_batch_size(50, threads)
     # Box selections go to the C batches, sized for the 450 chunks of ``...`` (the first
     # batches all stored).
     assert placed and max(placed) == cpu_backend.read_batch_size(450, threads)
@@ -308,8 +311,10 @@ def test_read_boxes_statuses_and_bounds(tmp_path: Path) -> None:
     (tmp_path / "dir").mkdir()
     paths = [str(tmp_path / n).encode() for n in ("ok", "none", "big", "bad", "dir", "ok")]
     out = np.zeros((4, 3, 4), "<u2")
-    whole, corner = [0, 0, 0, 0, 0, 0, 2, 3, 4], [1, 1, 2, 2, 0, 0, 1, 2, 2]
-    boxes = np.array([whole] * 5 + [corner], np.int64).reshape(6, 3, 3)
+    # Rows: chunk start, out start, extent, step in the chunk.
+    whole = [0, 0, 0, 0, 0, 0, 2, 3, 4, 1, 1, 1]
+    corner = [1, 1, 2, 2, 0, 0, 1, 2, 2, 1, 1, 1]
+    boxes = np.array([whole] * 5 + [corner], np.int64).reshape(6, 4, 3)
     status = zstd_batch.read_boxes(paths, len(frame) + 1, (2, 3, 4), 2, boxes, out)
     assert status.tolist() == [1, 0, -1, -1, -1, 1]
     expected = np.zeros_like(out)
@@ -317,20 +322,63 @@ def test_read_boxes_statuses_and_bounds(tmp_path: Path) -> None:
     expected[2:3, 0:2, 0:2] = chunk[1:2, 1:3, 2:4]
     assert_same_array(out, expected)
     # Boxes that are not contiguous (a strided view) are taken as their values.
-    spread = np.zeros((12, 3, 3), np.int64)
+    spread = np.zeros((12, 4, 3), np.int64)
     spread[::2] = boxes
     out2 = np.zeros_like(out)
     status = zstd_batch.read_boxes(paths, len(frame) + 1, (2, 3, 4), 2, spread[::2], out2)
     assert status.tolist() == [1, 0, -1, -1, -1, 1]
     assert_same_array(out2, expected)
-    outside = np.array([[0, 0, 0], [3, 0, 0], [2, 3, 4]], np.int64).reshape(1, 3, 3)
-    with pytest.raises(ValueError, match="outside"):
-        zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 2, outside, out)
-    negative = np.array([[0, 0, -1], [0, 0, 0], [1, 1, 1]], np.int64).reshape(1, 3, 3)
-    with pytest.raises(ValueError, match="outside"):
-        zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 2, negative, out)
+    # Steps in the chunk: every step-th element from the start, into consecutive elements.
+    stepped = np.array([[0, 0, 1], [0, 0, 0], [2, 2, 2], [1, 2, 2]], np.int64).reshape(1, 4, 3)
+    out3 = np.zeros((2, 2, 2), "<u2")
+    assert zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 2, stepped, out3)[0] == 1
+    assert_same_array(out3, chunk[0:2, 0:3:2, 1:4:2])
+
+    def refused(row: list[list[int]]) -> None:
+        box = np.array(row, np.int64).reshape(1, 4, 3)
+        with pytest.raises(ValueError, match="outside"):
+            zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 2, box, out)
+
+    refused([[0, 0, 0], [3, 0, 0], [2, 3, 4], [1, 1, 1]])  # past the output
+    refused([[0, 0, -1], [0, 0, 0], [1, 1, 1], [1, 1, 1]])  # a negative start
+    refused([[0, 0, 1], [0, 0, 0], [1, 1, 3], [1, 1, 2]])  # 1 + 2 * 2 >= 4: the last outside
+    inside = np.array([[0, 0, 1], [0, 0, 0], [1, 1, 2], [1, 1, 2]], np.int64).reshape(1, 4, 3)
+    assert zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 2, inside, out)[0] == 1
+    refused([[0, 0, 0], [0, 0, 0], [1, 1, 1], [1, 1, 0]])  # a step of 0
+    refused([[0, 0, 4], [0, 0, 0], [1, 1, 1], [1, 1, 1]])  # a start at the chunk's end
     with pytest.raises(ValueError, match="out must"):
         zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 4, boxes[:1], out)
+    with pytest.raises(ValueError, match="shape"):
+        zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 2, boxes[:1, :3], out)
+
+
+@pytest.mark.parametrize(
+    "selection",
+    [
+        np.s_[::2],
+        np.s_[1::3, :, 2:19:5],
+        np.s_[3:38:4, 1:33:7, ::3],
+        np.s_[::-2, 5:9],  # a negative step: the indexer's own plan
+        np.s_[::4, 3, 1:19:2],  # a dropped axis: the general path
+    ],
+)
+def test_c_batches_place_strided_selections(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, selection: Any
+) -> None:
+    path, data = _store(tmp_path)
+    placed = _uses_c_batches(monkeypatch)
+    a = cuzarr.open(path)
+    assert isinstance(a, cuzarr.Array)
+    assert_same_array(a[selection], data[selection])
+    out = np.full(data[selection].shape, 12345, data.dtype)
+    assert_same_array(a.read(selection, out=out[...]), data[selection])
+    axes = selection if isinstance(selection, tuple) else (selection,)
+    if all(s.step is None or s.step > 0 for s in axes if isinstance(s, slice)):
+        with use_pipeline("cuzarr"):  # zarr's indexer refuses negative steps
+            z = zarr.open_array(zarr.storage.LocalStore(path), mode="r")
+            assert_same_array(z[selection], data[selection])
+    if selection == np.s_[::2]:
+        assert placed and sum(placed) > 0  # steps in the chunk are placed from C
 
 
 def test_file_paths_check_keys_and_other_stores_refuse(tmp_path: Path) -> None:

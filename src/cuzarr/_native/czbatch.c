@@ -32,7 +32,7 @@ typedef int (*cz_compress_fn)(int, int, size_t, size_t, const void *, void *, si
                               const char *, size_t, int);
 
 /* The ABI version Python checks before using the library (bump on any signature change). */
-int cz_abi_version(void) { return 13; }
+int cz_abi_version(void) { return 14; }
 
 /*
  * Decompress n frames, frame i starting at src + src_offsets[i], into dest + dest_offsets[i]
@@ -193,17 +193,19 @@ static void cz_c_strides(const int64_t *shape, int32_t ndim, int64_t itemsize, i
  */
 static void cz_copy_box(const uint8_t *chunk, const int64_t *chunk_shape, int32_t ndim,
                         int64_t itemsize, const int64_t *chunk_start, const int64_t *out_start,
-                        const int64_t *extent, uint8_t *out, const int64_t *out_strides)
+                        const int64_t *extent, const int64_t *chunk_step, uint8_t *out,
+                        const int64_t *out_strides)
 {
-    int64_t chunk_strides[CZ_MAX_DIMS];
+    int64_t chunk_strides[CZ_MAX_DIMS], src_strides[CZ_MAX_DIMS];
     cz_c_strides(chunk_shape, ndim, itemsize, chunk_strides);
     const uint8_t *src = chunk;
     uint8_t *dst = out;
     for (int32_t d = 0; d < ndim; d++) {
         src += chunk_start[d] * chunk_strides[d];
         dst += out_start[d] * out_strides[d];
+        src_strides[d] = chunk_strides[d] * chunk_step[d];
     }
-    cz_copy_strided(src, chunk_strides, dst, out_strides, ndim, itemsize, extent);
+    cz_copy_strided(src, src_strides, dst, out_strides, ndim, itemsize, extent);
 }
 
 /*
@@ -213,8 +215,9 @@ static void cz_copy_box(const uint8_t *chunk, const int64_t *chunk_shape, int32_
  * paths holds the n files' NUL-terminated paths one after another. shapes holds the chunk's
  * shape, the output's shape and the output's byte strides (ndim values each; the chunk is C
  * ordered, itemsize bytes per element, nbytes in all). boxes[i] = (chunk start, out start,
- * extent), ndim values each: every box is checked to lie inside the chunk and the output
- * before anything is read. File i is read into a scratch buffer of cap bytes (one read call),
+ * extent, chunk step), ndim values each: the box takes every step-th element of the chunk
+ * from its start, extent of them, into consecutive elements of out; every box is checked to
+ * lie inside the chunk and the output before anything is read. File i is read into a scratch buffer of cap bytes (one read call),
  * decoded with the caller's context dctx (ZSTD_createDCtx; one per thread, reused from batch
  * to batch: making one per batch cost ~5 % of a read of 8 KiB chunks) into a scratch chunk,
  * and its box copied into out (see cz_copy_box). status[i]: 1 placed, 0 the file does not
@@ -235,13 +238,17 @@ int64_t cz_read_zstd_boxes(void *dctx, cz_zstd_decompress_fn decompress,
     const int64_t *chunk_shape = shapes, *out_shape = shapes + ndim;
     const int64_t *out_strides = shapes + 2 * (int64_t)ndim;
     for (int64_t i = 0; i < n; i++) {
-        const int64_t *box = boxes + i * 3 * (int64_t)ndim;
+        const int64_t *box = boxes + i * 4 * (int64_t)ndim;
         for (int32_t d = 0; d < ndim; d++) {
             int64_t start = box[d], at = box[ndim + d], extent = box[2 * ndim + d];
-            /* Written so that no sum can overflow: every bound is checked before it is used. */
-            if (start < 0 || at < 0 || extent < 0 || start > chunk_shape[d] ||
-                at > out_shape[d] || extent > chunk_shape[d] - start ||
-                extent > out_shape[d] - at) {
+            int64_t step = box[3 * ndim + d];
+            /* Written so that no sum can overflow: every bound is checked before it is used.
+             * The last element taken, start + (extent - 1) * step, must be < the chunk's
+             * extent: (extent - 1) <= (chunk_shape - 1 - start) / step. */
+            if (start < 0 || at < 0 || extent < 0 || step < 1 || start > chunk_shape[d] ||
+                at > out_shape[d] || extent > out_shape[d] - at ||
+                (extent > 0 && (start >= chunk_shape[d] ||
+                                extent - 1 > (chunk_shape[d] - 1 - start) / step))) {
                 return -2;
             }
         }
@@ -277,9 +284,9 @@ int64_t cz_read_zstd_boxes(void *dctx, cz_zstd_decompress_fn decompress,
         if (iserror(size) || (int64_t)size != nbytes) {
             continue;
         }
-        const int64_t *box = boxes + i * 3 * (int64_t)ndim;
-        cz_copy_box(chunk, chunk_shape, ndim, itemsize, box, box + ndim, box + 2 * ndim, out,
-                    out_strides);
+        const int64_t *box = boxes + i * 4 * (int64_t)ndim;
+        cz_copy_box(chunk, chunk_shape, ndim, itemsize, box, box + ndim, box + 2 * ndim,
+                    box + 3 * ndim, out, out_strides);
         status[i] = 1;
         placed++;
     }

@@ -221,30 +221,31 @@ def _grid_decoder(codec: Codec) -> Callable[..., npt.NDArray[np.bool_]] | None:
 
 
 def _box(chunk_sel: Any, out_sel: Any, ndim: int) -> list[int] | None:
-    """The box two selections of slices describe: chunk starts, out starts, extents.
+    """The box two selections of slices describe: chunk starts, out starts, extents, steps.
 
-    ``None`` unless both are ``ndim`` slices of step 1 with explicit bounds and equal extents
-    (bounds against the chunk and the output are checked where the box is used).
+    ``None`` unless both are ``ndim`` slices with explicit bounds, of a positive step in the
+    chunk and step 1 in the output, taking as many elements on each side (bounds against the
+    chunk and the output are checked where the box is used).
     """
     if type(chunk_sel) is not tuple or type(out_sel) is not tuple:
         return None
     if len(chunk_sel) != ndim or len(out_sel) != ndim:
         return None
-    starts: list[int] = []
-    out_starts: list[int] = []
-    extents: list[int] = []
-    for c, o in zip(chunk_sel, out_sel, strict=True):
+    row = [0] * (4 * ndim)
+    for d, (c, o) in enumerate(zip(chunk_sel, out_sel, strict=True)):
         if type(c) is not slice or type(o) is not slice:
             return None
-        c0, c1, o0, o1 = c.start, c.stop, o.start, o.stop
+        c0, c1, o0, o1, step = c.start, c.stop, o.start, o.stop, c.step
+        if step is None:
+            step = 1
         if type(c0) is not int or type(c1) is not int or type(o0) is not int or type(o1) is not int:
             return None
-        if c.step not in (None, 1) or o.step not in (None, 1) or c1 - c0 != o1 - o0:
+        if type(step) is not int or step < 1 or o.step not in (None, 1):
             return None
-        starts.append(c0)
-        out_starts.append(o0)
-        extents.append(c1 - c0)
-    return starts + out_starts + extents
+        if max(0, -(-(c1 - c0) // step)) != o1 - o0:
+            return None
+        row[d], row[ndim + d], row[2 * ndim + d], row[3 * ndim + d] = c0, o0, o1 - o0, step
+    return row
 
 
 def _small_zstd(codec: Codec) -> bool:
@@ -347,8 +348,9 @@ class CpuBackend:
 
         For local folders (:attr:`~cuzarr.stores.base.StoreCaps.device_reads`), chains that are
         zstd frames of a C-ordered chunk (the batched decode's chains), a NumPy output of the
-        chain's data type and selections that are boxes (slices of step 1) of the same shape
-        in the chunk and in ``out``. Other selections of the batch get -1.
+        chain's data type and selections that are boxes (slices, of any positive step in the
+        chunk and step 1 in ``out``) of the same shape on both sides. Other selections of the
+        batch get -1.
         """
         _codec, small, bound, nbytes = self._zstd_params(codec)
         if not (
@@ -369,7 +371,7 @@ class CpuBackend:
         status = [-1] * len(keys)
         if not take:
             return status
-        boxes = np.array([rows[i] for i in take], np.int64).reshape(len(take), 3, ndim)
+        boxes = np.array([rows[i] for i in take], np.int64).reshape(len(take), 4, ndim)
         paths = store.file_paths([keys[i] for i in take])
         done = zstd_batch.read_boxes(
             paths, bound + 1, codec.shape, codec.dtype.itemsize, boxes, out

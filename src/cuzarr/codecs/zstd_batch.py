@@ -177,8 +177,10 @@ def read_boxes(
         The decoded chunk's shape (at least one dimension).
     itemsize : int
         Bytes per element; ``out``'s ``dtype`` has this size and the chunk's byte order.
-    boxes : ndarray of int64, shape (len(paths), 3, ndim)
-        Per chunk: where the box starts in the chunk, where in ``out``, and its extent.
+    boxes : ndarray of int64, shape (len(paths), 4, ndim)
+        Per chunk: where the box starts in the chunk, where in ``out``, its extent, and its
+        step in the chunk (every ``step``-th element from the start, ``extent`` of them, into
+        consecutive elements of ``out``; 1 for a plain box).
     out : ndarray
         Writable, ``ndim`` dimensions, any strides.
 
@@ -201,8 +203,8 @@ def read_boxes(
     n, ndim = len(paths), len(chunk_shape)
     if ndim < 1 or out.ndim != ndim or out.dtype.itemsize != itemsize or not out.flags.writeable:
         raise ValueError("read_boxes: out must be writable with the chunk's dimensions")
-    if boxes.dtype != np.int64 or boxes.shape != (n, 3, ndim):
-        raise ValueError(f"read_boxes: boxes must be int64 of shape ({n}, 3, {ndim})")
+    if boxes.dtype != np.int64 or boxes.shape != (n, 4, ndim):
+        raise ValueError(f"read_boxes: boxes must be int64 of shape ({n}, 4, {ndim})")
     blob = b"\0".join(paths) + b"\0"
     if cap < 1 or blob.count(b"\0") != max(n, 1):
         raise ValueError("read_boxes: cap must be >= 1 and paths free of NUL bytes")
