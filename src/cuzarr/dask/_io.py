@@ -26,6 +26,7 @@ from dask.utils import parse_bytes
 from cuzarr.config import Device, configure, get_settings
 from cuzarr.dask._chunks import aligned_chunks, grouped_chunks, is_aligned, merge_factors
 from cuzarr.stores.targets import zarr_target
+from cuzarr.zarr_pipeline import Pipeline
 
 __all__ = ["from_zarr", "to_zarr", "write_block_shape"]
 
@@ -182,7 +183,8 @@ def _token(array: Any, kind: str, gpu: bool) -> str:
     settings: Any
     if isinstance(array, zarr.Array):
         metadata = json.dumps(array.metadata.to_dict(), sort_keys=True, default=str)
-        settings = getattr(array._async_array.codec_pipeline, "settings", None)
+        pipeline = array._async_array.codec_pipeline
+        settings = pipeline.settings if isinstance(pipeline, Pipeline) else None
     else:  # cuzarr.Array
         metadata, settings = repr(array.metadata), array.settings
     return str(tokenize(repr(array.store), array.path, metadata, repr(settings), kind, gpu))
