@@ -185,6 +185,24 @@ def test_single_whole_chunk_reads_of_uncompressed_arrays(tmp_path):
     np.testing.assert_array_equal(cp.asnumpy(_gpu(tmp_path / "a")[8:16]), data[8:16])
 
 
+def test_single_whole_chunk_reads_missing_or_not_in_files(tmp_path):
+    """A missing chunk file reads as the fill value; a store without files takes the
+    general way (host read, upload) for the same whole-chunk read."""
+    z = zarr.create_array(
+        tmp_path / "a", shape=(16, 16), chunks=(8, 16), dtype="<u2", compressors=None,
+        fill_value=9,
+    )
+    z[:8] = np.arange(128, dtype="<u2").reshape(8, 16)
+    cuzarr.reset_stats()
+    np.testing.assert_array_equal(cp.asnumpy(_gpu(tmp_path / "a")[8:16]), np.full((8, 16), 9))
+    assert cuzarr.stats().get("gpu_device_reads", 0) == 0
+    mem = zarr.storage.MemoryStore()
+    m = zarr.create_array(mem, shape=(16, 16), chunks=(8, 16), dtype="<u2", compressors=None)
+    m[...] = np.arange(256, dtype="<u2").reshape(16, 16)
+    got = cuzarr.open(mem, device="gpu")[8:16]
+    np.testing.assert_array_equal(cp.asnumpy(got), np.arange(128, 256).reshape(8, 16))
+
+
 def test_device_helpers_on_empty_input():
     from cuzarr.gpu import checksums, device, launch
 
