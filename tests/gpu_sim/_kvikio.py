@@ -64,15 +64,17 @@ class CuFile:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _target(self, buf: Any) -> np.ndarray:
+    def _bytes(self, buf: Any, *, writable: bool) -> np.ndarray:
+        """``buf`` (a device or host array) as flat bytes; reads also need it writable."""
         if isinstance(buf, _cupy.ndarray):
             mem = buf._a
         elif isinstance(buf, np.ndarray):
             mem = buf
         else:
             raise TypeError(f"buf: expected a device or host array, got {type(buf).__name__}")
-        if not mem.flags.c_contiguous or not mem.flags.writeable:
-            raise ValueError("buf must be a contiguous, writable buffer")
+        if not mem.flags.c_contiguous or (writable and not mem.flags.writeable):
+            what = "a contiguous, writable" if writable else "a contiguous"
+            raise ValueError(f"buf must be {what} buffer")
         return mem.reshape(-1).view(np.uint8)
 
     def pread(
@@ -85,7 +87,7 @@ class CuFile:
     ) -> int:
         if self._fd is None:
             raise RuntimeError("read on a closed CuFile")
-        mem = self._target(buf)
+        mem = self._bytes(buf, writable=True)
         n = mem.nbytes if size is None else int(size)
         if n > mem.nbytes:
             raise ValueError(f"size {n} exceeds the {mem.nbytes}-byte buffer")
@@ -112,15 +114,7 @@ class CuFile:
     ) -> int:
         if self._fd is None:
             raise RuntimeError("write on a closed CuFile")
-        if isinstance(buf, _cupy.ndarray):
-            mem = buf._a
-        elif isinstance(buf, np.ndarray):
-            mem = buf
-        else:
-            raise TypeError(f"buf: expected a device or host array, got {type(buf).__name__}")
-        if not mem.flags.c_contiguous:
-            raise ValueError("buf must be a contiguous buffer")
-        data = mem.reshape(-1).view(np.uint8)
+        data = self._bytes(buf, writable=False)
         n = data.nbytes if size is None else int(size)
         if n > data.nbytes:
             raise ValueError(f"size {n} exceeds the {data.nbytes}-byte buffer")
