@@ -20,6 +20,7 @@ from cuzarr.codecs.base import Buf
 from cuzarr.errors import CorruptChunkError, UnsupportedError
 from cuzarr.gpu import streams
 from cuzarr.gpu.plan import GpuChain
+from cuzarr.stores.local import file_version
 
 __all__ = [
     "ALIGN",
@@ -28,6 +29,7 @@ __all__ = [
     "aligned_slots",
     "device_readable",
     "device_report",
+    "identity",
     "gdsinfo",
     "read_file_exact",
     "read_file_into",
@@ -112,8 +114,12 @@ class DeviceChunk:
         return bytes(cupy.asnumpy(self.buffer[self.offset : self.offset + self.size]))
 
 
-def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+def identity(path: str) -> tuple[int, int, int, int]:
+    """The version of the file at ``path`` (as the local store's open objects report it).
+
+    Raises ``FileNotFoundError`` if it is gone.
+    """
+    return file_version(os.stat(path))
 
 
 def read_files(paths: Sequence[str], chain: GpuChain) -> list[DeviceChunk] | None:
@@ -134,7 +140,7 @@ def read_files(paths: Sequence[str], chain: GpuChain) -> list[DeviceChunk] | Non
     import kvikio
 
     try:
-        before = [_identity(os.stat(p)) for p in paths]
+        before = [identity(p) for p in paths]
         need = tail_bytes(chain)
         ends = [_head_and_tail(p, st[2], need) for p, st in zip(paths, before, strict=True)]
     except FileNotFoundError:
@@ -157,7 +163,7 @@ def read_files(paths: Sequence[str], chain: GpuChain) -> list[DeviceChunk] | Non
             files.append(cf)
             futures.append(cf.pread(buf[start + pad : start + pad + n], n, 0))
         got = [int(f.get()) for f in futures]
-        after = [_identity(os.stat(p)) for p in paths]
+        after = [identity(p) for p in paths]
     except FileNotFoundError:
         return None
     finally:
@@ -189,14 +195,14 @@ def read_file_exact(path: str, out: Any) -> int | None:
     Only a file of ``out.size`` bytes is read; the caller checks the size.
     """
     try:
-        before = _identity(os.stat(path))
+        before = identity(path)
     except FileNotFoundError:
         return None
     if before[2] != out.size:
         return before[2]
     try:
         n = read_file_into(path, out)
-        after = _identity(os.stat(path))
+        after = identity(path)
     except FileNotFoundError:
         return -1
     return before[2] if n == before[2] and after == before else -1

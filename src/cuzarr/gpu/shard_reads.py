@@ -22,7 +22,6 @@ ranges from its open version on the host. Imported only by the GPU backend.
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,12 +40,6 @@ __all__ = ["EDGE_GAP", "DeviceShardReads", "read_edges", "read_ranges"]
 #: Head and tail windows this close are read together by one host read (one page: the same
 #: read call, a few more bytes copied).
 EDGE_GAP = 4096
-
-
-def _identity(path: str) -> tuple[int, int, int, int]:
-    """The file's version as the local store's ``ObjectReader.token`` (raises if it is gone)."""
-    st = os.stat(path)
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def read_edges(
@@ -111,7 +104,7 @@ def read_ranges(
     lengths = [r.length for r in reads]
     starts = files.aligned_slots(lengths, files.ALIGN)
     try:
-        if _identity(path) != reader.token:
+        if files.identity(path) != reader.token:
             return None
         cf = kvikio.CuFile(path, "r")
     except FileNotFoundError:
@@ -133,7 +126,7 @@ def read_ranges(
         got = [int(f.get()) for f in futures]  # never close a file with reads in flight
         cf.close()
     try:
-        after = _identity(path)
+        after = files.identity(path)
     except FileNotFoundError:
         return None
     if got != [n for n in lengths if n] or after != reader.token:

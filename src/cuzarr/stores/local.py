@@ -32,7 +32,7 @@ from cuzarr.stores.base import (
 )
 from cuzarr.stores.replace import EXCHANGE_MIN, TEMP_SUFFIX
 
-__all__ = ["EXCHANGE_MIN", "TEMP_SUFFIX", "LocalChunkStore", "check_key"]
+__all__ = ["EXCHANGE_MIN", "TEMP_SUFFIX", "LocalChunkStore", "check_key", "file_version"]
 
 _BAD_SEGMENTS = frozenset(("", ".", ".."))
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
@@ -135,6 +135,11 @@ def _copy_range(src: int, dst: int, start: int, length: int) -> None:
         done += got
 
 
+def file_version(st: os.stat_result) -> tuple[int, int, int, int]:
+    """A file's version as an open object's ``token`` says it: device, inode, size, mtime."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 class _FileReader:
     """An open local file: ranges read through one descriptor see one version of the file."""
 
@@ -146,7 +151,7 @@ class _FileReader:
         st = os.fstat(fd)
         self.size = st.st_size
         # Writes replace files by rename, so a new version is a new inode.
-        self.token: object = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        self.token: object = file_version(st)
 
     def read(self, ranges: list[tuple[int, int]]) -> list[Buf]:
         out: list[Buf] = []
