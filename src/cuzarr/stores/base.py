@@ -206,6 +206,10 @@ class Scratch:
         return buf[:nbytes]
 
 
+#: :class:`BufferPool` allocates in multiples of this many bytes (64 KiB).
+POOL_GRAIN = 64 * 1024
+
+
 class BufferPool:
     """Byte buffers handed out for one wave of reads and taken back together afterwards.
 
@@ -220,14 +224,24 @@ class BufferPool:
         self._used: list[npt.NDArray[np.uint8]] = []
 
     def get(self, nbytes: int) -> npt.NDArray[np.uint8]:
-        """Return a buffer of at least ``nbytes`` not handed out since the last release."""
+        """Return a buffer of at least ``nbytes`` not handed out since the last release.
+
+        The smallest free buffer that fits is reused. Where none fits, the largest free one
+        (too small) is dropped for the new one, so the pool never holds more buffers than one
+        wave used at once: shards of a wave a few bytes larger than the last wave's would
+        otherwise each add a buffer (measured: a whole-array read of 19 MB shards held one
+        extra shard's worth, 320 instead of 300 MiB of peak RSS). New buffers are rounded up
+        to :data:`POOL_GRAIN` so that the next wave's slightly larger shards still fit.
+        """
         with self._lock:
             for i, buf in enumerate(self._free):
                 if buf.nbytes >= nbytes:
                     del self._free[i]
                     break
             else:
-                buf = np.empty(nbytes, np.uint8)
+                if self._free:
+                    del self._free[-1]  # sorted by size: the largest, and still too small
+                buf = np.empty(-(-nbytes // POOL_GRAIN) * POOL_GRAIN, np.uint8)
             self._used.append(buf)
         return buf[:nbytes]
 
