@@ -73,7 +73,7 @@ def nvcomp_raw_decode(data: np.ndarray, chunk: int) -> dict[str, Any]:
     import numcodecs
     from nvidia import nvcomp
 
-    from cuzarr.backends.cpu import parallel_map
+    from cuzarr.backends.pool import parallel_map
     from cuzarr.gpu.device import decode_batch, upload
 
     u8 = data.view(np.uint8)

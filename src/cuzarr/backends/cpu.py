@@ -1,11 +1,6 @@
-"""The CPU backend: NumPy arrays, codecs that release the GIL, one thread pool per process.
+"""The CPU backend: NumPy arrays, codecs that release the GIL.
 
-All engine work (fetch, decode, scatter, encode, write) runs through :func:`parallel_map`: the
-calling thread and ``threads - 1`` pool workers pull items from one shared counter, so a batch
-costs a few task submissions, not one future per chunk. The codecs release the GIL, so two
-threads give two decoders. The pool is created on first use and dropped in a forked child
-(whose copy has no threads), so ``multiprocessing`` with the fork start method and Dask process
-workers do not deadlock.
+Its work runs on the process-wide pool of :mod:`cuzarr.backends.pool`.
 
 :class:`CpuBackend` implements :class:`~cuzarr.backends.base.Backend`: chunks decode straight
 into their destination where the chain and the memory layout allow (uncompressed chunks are
@@ -16,10 +11,8 @@ zstd chunks decode in GIL-free batches.
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -37,6 +30,7 @@ from cuzarr.backends.base import (
     Op,
     reraise_decode,
 )
+from cuzarr.backends.pool import parallel_map
 from cuzarr.codecs import blosc_batch, zstd_batch
 from cuzarr.codecs.base import Buf, as_u8
 from cuzarr.codecs.chain import ChunkCodec
@@ -44,7 +38,7 @@ from cuzarr.codecs.numcodecs_ import zstd_decode_many
 from cuzarr.errors import CorruptChunkError
 from cuzarr.stores.base import ChunkStore
 
-__all__ = ["CpuBackend", "cpu_pool", "parallel_map"]
+__all__ = ["CpuBackend"]
 
 #: Chunks per batch of the batched small-zstd path, and the largest chunk it takes (larger
 #: chunks decode straight into the output, where a batch would add a copy). 16 was measured
@@ -63,88 +57,6 @@ ZSTD_READ_BATCH_MAX = 128
 #: parts of about ``GRID_PART_BYTES`` decoded bytes (a part: whole slabs along the first axis).
 GRID_MIN = 2 * ZSTD_BATCH
 GRID_PART_BYTES = 2 << 20
-
-_pool: ThreadPoolExecutor | None = None
-_pool_size = 0
-_lock = threading.Lock()
-_local = threading.local()
-
-
-def _after_fork_in_child() -> None:
-    global _pool, _pool_size, _lock
-    _pool = None
-    _pool_size = 0
-    _lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _mark_worker() -> None:
-    _local.in_engine = True
-
-
-def cpu_pool(n_workers: int) -> ThreadPoolExecutor:
-    """Return the process-wide pool with at least ``n_workers`` workers."""
-    global _pool, _pool_size
-    pool = _pool
-    if pool is not None and _pool_size >= n_workers:
-        return pool
-    with _lock:
-        if _pool is None or _pool_size < n_workers:
-            # The old pool is not shut down: another thread may be about to submit to it. It
-            # finishes its in-flight work and is collected when unreferenced.
-            _pool = ThreadPoolExecutor(
-                max_workers=n_workers, thread_name_prefix="cuzarr", initializer=_mark_worker
-            )
-            _pool_size = n_workers
-        return _pool
-
-
-def parallel_map[T, R](fn: Callable[[T], R], items: Sequence[T], n_threads: int) -> list[R]:
-    """Apply ``fn`` to every item on ``n_threads`` threads (the caller included), in order.
-
-    Runs inline for one item, one thread, or a call from inside the engine (nested use must
-    not wait on the pool it runs in). On the first exception the remaining items are skipped,
-    every thread is joined, and the exception is re-raised: no work outlives the call.
-    """
-    n = len(items)
-    if n <= 1 or n_threads <= 1 or getattr(_local, "in_engine", False):
-        return [fn(x) for x in items]
-    results: list[R | None] = [None] * n
-    counter = iter(range(n))
-    take = threading.Lock()
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        while not errors:
-            with take:
-                i = next(counter, None)
-            if i is None:
-                return
-            try:
-                results[i] = fn(items[i])
-            except BaseException as exc:
-                errors.append(exc)
-                return
-
-    def pool_work() -> None:
-        _local.in_engine = True
-        work()
-
-    helpers = min(n_threads, n) - 1
-    futures = [cpu_pool(n_threads - 1).submit(pool_work) for _ in range(helpers)]
-    _local.in_engine = True
-    try:
-        work()
-    finally:
-        _local.in_engine = False
-        wait(futures)
-    if errors:
-        raise errors[0]
-    return results  # type: ignore[return-value]
-
 
 class _ChunkScratch:
     """Per-thread decoded-chunk buffers keyed by shape and dtype."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuzarr.backends.base import Backend, Batching, Codec
-from cuzarr.backends.cpu import parallel_map
+from cuzarr.backends.pool import parallel_map
 from cuzarr.codecs.sharding.format import ShardingCodec
 from cuzarr.codecs.sharding.reader import ShardReader
 from cuzarr.config import Settings

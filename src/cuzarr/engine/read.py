@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cuzarr.backends.base import DecodeItem, InnerGrid
-from cuzarr.backends.cpu import parallel_map
+from cuzarr.backends.pool import parallel_map
 from cuzarr.codecs.base import Buf
 from cuzarr.codecs.sharding.reader import BackendReads, ShardBytes
 from cuzarr.engine.context import ArrayContext, run_batches, waves

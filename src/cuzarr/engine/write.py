@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cuzarr.backends.base import EACH, DecodeItem, EncodedGrid
-from cuzarr.backends.cpu import parallel_map
+from cuzarr.backends.pool import parallel_map
 from cuzarr.codecs.base import Buf
 from cuzarr.codecs.sharding.format import EMPTY, InnerSources
 from cuzarr.engine.box_writes import box_batching, box_plan, put_whole

@@ -30,7 +30,7 @@ from cuzarr.backends.base import (
     Op,
     reraise_decode,
 )
-from cuzarr.backends.cpu import parallel_map
+from cuzarr.backends.pool import parallel_map
 from cuzarr.codecs.base import Buf
 from cuzarr.codecs.sharding.reader import BackendReads
 from cuzarr.config import Settings

@@ -22,7 +22,8 @@ import numpy as np
 import numpy.typing as npt
 
 from cuzarr.backends.base import Codec, DecodeItem, Namer, reraise_decode
-from cuzarr.backends.cpu import CpuBackend, parallel_map
+from cuzarr.backends.cpu import CpuBackend
+from cuzarr.backends.pool import parallel_map
 from cuzarr.codecs.base import Buf
 from cuzarr.config import Settings
 from cuzarr.diagnostics import count

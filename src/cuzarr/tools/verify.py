@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from cuzarr.backends.cpu import parallel_map
+from cuzarr.backends.pool import parallel_map
 from cuzarr.codecs.base import Buf
 from cuzarr.codecs.build import build_chunk_codec
 from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
