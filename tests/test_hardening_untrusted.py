@@ -273,6 +273,31 @@ def test_wrong_decoded_size_is_an_error(tmp_path: Path, name: str, nbytes: int) 
     assert "128" in str(info.value)
 
 
+@pytest.mark.parametrize("dtype", ["<f8", ">f8"])
+@pytest.mark.parametrize("size", [None, 127, 129, 0])
+def test_uncompressed_chunks_of_a_whole_read(tmp_path: Path, dtype: str, size: int | None) -> None:
+    """Whole uncompressed chunks copied straight from their stored bytes into strided regions of
+    the output (no scratch chunk): right values, and a stored size other than 128 bytes named."""
+    doc = _v2_doc(None)
+    doc["dtype"] = dtype
+    data = np.arange(64, dtype=dtype).reshape(8, 8)
+    chunks = {
+        f"{i}.{j}": data[4 * i : 4 * i + 4, 4 * j : 4 * j + 4].tobytes()
+        for i in range(2)
+        for j in range(2)
+    }
+    if size is not None:
+        chunks["0.1"] = (chunks["0.1"] * 2)[:size]
+    _write_array(tmp_path, doc, chunks)
+    if size is None:
+        np.testing.assert_array_equal(_open(tmp_path)[...], data)
+        np.testing.assert_array_equal(cuzarr.open(tmp_path / "arr")[...], data)
+        return
+    with pytest.raises(CorruptChunkError, match=r"arr/0\.1") as info:
+        _open(tmp_path)[...]
+    assert "128" in str(info.value)
+
+
 @pytest.mark.parametrize("name", ["zlib", "bz2", "lzma"])
 def test_truncated_stream_is_an_error(tmp_path: Path, name: str) -> None:
     cfg: dict[str, Any] = {"id": name}
