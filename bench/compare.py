@@ -1138,7 +1138,13 @@ def format_markdown(doc: dict[str, Any]) -> str:
         f"- Run at {doc['created']} ({'quick mode' if doc['args']['quick'] else 'full'}), "
         f"size {doc['args']['size']}, {doc['args'].get('rounds', 1)} round(s) of every engine "
         f"in rotating order (best of {doc['args']['repeats']} per round), threads "
-        f"{', '.join(map(str, doc['args']['threads']))}.",
+        f"{', '.join(map(str, doc['args']['threads']))}."
+        + (
+            f" Each engine's worker first made one untimed read ({doc['warm_up'][0]['dataset']}"
+            " read all)."
+            if doc.get("warm_up")
+            else ""
+        ),
         f"- Load average before/after: {doc['load_before']} / {doc['load_after']} "
         f"({env['cpus_usable']} usable CPUs). Numbers from a loaded machine are not final.",
         f"- Machine: {env.get('cpu_model')}, {env['platform']}, Python {env['python']}, "
@@ -1395,6 +1401,13 @@ def _run_interleaved(
         for engine in engines:
             _progress(f"starting worker {engine} threads={threads}")
             workers[engine] = interleave.Worker({**base, "engine": engine}, REPO)
+        # One untimed read per worker first: a process's first read pays for lazy imports,
+        # thread pools and the VM's first touch of fresh memory (full-512-round6: the first
+        # round of (a) read all took 1.6-2.3x the later rounds for every engine).
+        warm = {"cmd": "cell", "dataset": args.datasets[0], "workload": "read_all", "repeats": 1}
+        for engine in engines:
+            workers[engine].ask(warm)
+        doc.setdefault("warm_up", []).append({"threads": threads, **warm})
         for key in args.datasets:
             for workload in args.workloads:
                 active = [e for e in engines if e != FLOOR or workload in FLOOR_WORKLOADS]

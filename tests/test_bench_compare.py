@@ -59,6 +59,10 @@ def test_quick_run_covers_every_cell_and_verifies(quick_run: tuple[dict[str, Any
     doc, _ = quick_run
     assert doc["args"]["quick"] is True and doc["args"]["threads"] == [1]
     assert doc["verified"] is True
+    # every worker made one untimed read of the first dataset before the timed cells
+    assert doc["warm_up"] == [
+        {"threads": 1, "cmd": "cell", "dataset": "a", "workload": "read_all", "repeats": 1}
+    ]
     cells = {(c["engine"], c["dataset"], c["workload"]): c for c in doc["results"]}
     expected = {(e, d, w) for e in QUICK_ENGINES for d in QUICK_DATASETS for w in compare.WORKLOADS}
     expected |= {("floor", d, w) for d in QUICK_DATASETS for w in ("read_all", "write_all")}
