@@ -425,3 +425,18 @@ def test_file_system_of_names_the_mount(tmp_path: Path) -> None:
     fs = compare.file_system_of(tmp_path)
     assert isinstance(fs, str) and fs
     assert compare.file_system_of(Path("/proc")) == "proc"
+
+
+def test_write_partial_is_timed_best_of_several_calls(tmp_path: Path) -> None:
+    """write_partial calls are 1-25 ms: every engine gets PARTIAL_REPEATS of them per round."""
+    data, scratch = tmp_path / "data", tmp_path / "scratch"
+    scratch.mkdir()
+    compare.generate(data, 64, ["e"], lambda _msg: None)
+    ds = compare.datasets_for(64)["e"]
+    adapter = compare.make_adapter("cuzarr-api", 1)
+    cell = compare.measure(
+        adapter, ds, "write_partial", data_dir=data, scratch=scratch, repeats=1, threads=1
+    )
+    assert cell["error"] is None and cell["verified"] is True
+    assert len(cell["seconds"]) == compare.PARTIAL_REPEATS >= 5
+    assert cell["best_seconds"] == min(cell["seconds"])
