@@ -60,14 +60,36 @@ def test_one_small_chunk_is_read_on_the_loop(tmp_path: Path, hops: list[int], ki
     assert hops == [2]
 
 
-def test_large_chunks_and_shards_hop_to_a_thread(tmp_path: Path, hops: list[int]) -> None:
+def test_large_chunks_hop_to_a_thread(tmp_path: Path, hops: list[int]) -> None:
     want = np.arange(256 * 256, dtype="u2").reshape(256, 256)
     big = _array(LocalStore(tmp_path / "big.zarr"), (256, 256), dtype="u4")
     assert INLINE_READ_MAX_BYTES < 256 * 256 * 4
-    sharded = _array(LocalStore(tmp_path / "sharded.zarr"), (32, 32), shards=(64, 64))
     hops.clear()
     np.testing.assert_array_equal(big[10:20, 10:20], want[10:20, 10:20].astype("u4"))
-    np.testing.assert_array_equal(sharded[0:32, 0:32], want[0:32, 0:32])
+    assert hops == [1]
+
+
+def test_shards_hop_only_past_the_inner_chunks_bound(tmp_path: Path, hops: list[int]) -> None:
+    """A read of one shard runs on the loop while the inner chunks it touches decode to at most
+    INLINE_READ_MAX_BYTES (here 64 KiB each: up to two of them), else it hops."""
+    want = np.arange(256 * 256, dtype="u4").reshape(256, 256)
+    sharded = _array(LocalStore(tmp_path / "s.zarr"), (128, 128), shards=(256, 256), dtype="u4")
+    assert INLINE_READ_MAX_BYTES == 128 * 128 * 4 * 2
+    hops.clear()
+    inline = [
+        (slice(0, 10), slice(0, 10)),  # one inner chunk
+        (slice(120, 136), slice(0, 10)),  # two along the first axis
+        (5, slice(100, 200)),  # an int and two inner chunks along the second axis
+        (slice(0, 256, 200), slice(0, 1)),  # a step from the first inner chunk to the second
+        (slice(0, 256, 2), slice(0, 1)),  # every other row of both
+    ]
+    for sel in inline:
+        np.testing.assert_array_equal(sharded[sel], want[sel])
+        assert hops == [], sel
+    sel = (slice(120, 136), slice(120, 136))  # four inner chunks: 256 KiB
+    np.testing.assert_array_equal(sharded[sel], want[sel])
+    assert hops == [1]
+    np.testing.assert_array_equal(sharded[[1, 200], 0:4], want[[1, 200], 0:4])  # not slices
     assert hops == [1, 1]
 
 
