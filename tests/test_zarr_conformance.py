@@ -28,7 +28,7 @@ from zarr.abc.store import ByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.storage import LocalStore, MemoryStore, StorePath, WrapperStore, ZipStore
 
 import cuzarr
-from cuzarr import _zarr_compat as compat
+from cuzarr import _zarr_equivalence as equivalence
 from cuzarr.errors import UnsupportedError
 from cuzarr.stores import LocalChunkStore, MemoryChunkStore, ZarrChunkStore, from_zarr_store
 from cuzarr.zarr_pipeline import Pipeline
@@ -339,7 +339,7 @@ def test_patched_zarr_sharding_falls_back_to_zarr(
     monkeypatch.setattr(
         "zarr.codecs.sharding._ShardIndex.get_chunk_slice", lambda self, chunk_coords: None
     )
-    found = compat.foreign_codec(
+    found = equivalence.foreign_codec(
         zarr.create_array({}, shape=(4,), chunks=(2,), shards=(4,), dtype="i1").metadata
     )
     assert found is not None

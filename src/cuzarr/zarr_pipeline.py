@@ -20,6 +20,7 @@ import numpy as np
 from zarr.abc.codec import CodecPipeline
 
 from cuzarr import _zarr_compat as compat
+from cuzarr import _zarr_equivalence as equivalence
 from cuzarr import diagnostics
 from cuzarr.backends.probe import gpu_status
 from cuzarr.backends.select import backend_for
@@ -64,7 +65,7 @@ def engine_for_metadata(metadata: Any, settings: Settings) -> ArrayEngine:
     UnsupportedError
         When the engine does not handle this array.
     """
-    foreign = compat.foreign_codec(metadata)
+    foreign = equivalence.foreign_codec(metadata)
     if foreign is not None:
         # zarr would run that code; cuzarr's engine would not (see the equivalence rule).
         raise UnsupportedError(f"{foreign} is not zarr's own implementation")
@@ -144,7 +145,7 @@ class Pipeline(CodecPipeline):
     def from_array_metadata_and_store(cls, array_metadata: ArrayMetadata, store: Store) -> Self:
         """Build the pipeline of one array: parse metadata, compile codecs, or fall back."""
         settings = get_settings()
-        if compat.is_object_store(store):
+        if equivalence.is_object_store(store):
             # obstore calls back into zarr's loop for this array's metadata requests (and into
             # it or cuzarr's for its chunks): drain both at exit (cuzarr.stores.io_loop).
             track_zarr_loop()

@@ -4,7 +4,7 @@ kvikio documents GPU reads of Zarr as ``zarr.config.enable_gpu()``, then
 ``zarr.open_array(kvikio.zarr.GDSStore(root))[...]``. ``GDSStore`` is zarr's ``LocalStore``
 whose ``get`` reads the same files with kvikio into the caller's buffers, so cuzarr reads the
 folder itself (kvikio device reads into one buffer per wave on the GPU, its local reads on the
-CPU) and writes through the store's own ``set`` (see ``cuzarr._zarr_compat.gds_store_root``).
+CPU) and writes through the store's own ``set`` (see ``cuzarr._zarr_equivalence.gds_store_root``).
 A subclass or a patch that replaces ``get`` goes through the store's API. Under the simulator
 ``kvikio.zarr`` is ``tests/gpu_sim/_kvikio_zarr.py``, a copy of kvikio 26.10's source over the
 simulated ``kvikio.CuFile``; on a real GPU these tests run against the real kvikio.

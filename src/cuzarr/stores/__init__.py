@@ -11,6 +11,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from cuzarr import _zarr_compat as compat
+from cuzarr import _zarr_equivalence as equivalence
 from cuzarr.stores.base import ChunkStore, Scratch, StoreCaps
 from cuzarr.stores.io_loop import track_loop
 from cuzarr.stores.local import LocalChunkStore
@@ -49,11 +50,11 @@ def from_zarr_store(
     ``LocalStore``, ``MemoryStore`` and ``ObjectStore`` are accessed directly (an
     ``ObjectStore`` through obstore, with many requests in flight) when they behave exactly as
     zarr's classes: the class itself, or a subclass overriding none of their data methods,
-    none of them patched (:func:`cuzarr._zarr_compat.behaves_as`). kvikio's ``GDSStore`` (a
+    none of them patched (:func:`cuzarr._zarr_equivalence.behaves_as`). kvikio's ``GDSStore`` (a
     ``LocalStore`` whose ``get`` reads the same files with kvikio, into the caller's buffers)
     is read as its folder and written through its own ``set``
     (:class:`~cuzarr.stores.zarr_store.FolderReadsChunkStore`, the reasons at
-    :func:`cuzarr._zarr_compat.gds_store_root`); a subclass of it that overrides a data
+    :func:`cuzarr._zarr_equivalence.gds_store_root`); a subclass of it that overrides a data
     method is not. Every other store (``FsspecStore``, zip, wrappers, mocks, subclasses that
     decrypt or count in ``get``) is used through its own API, with the requests zarr itself
     would make.
@@ -70,16 +71,16 @@ def from_zarr_store(
         Requests in flight on an object store (pass ``Settings.io_concurrency`` when the user
         chose none; obstore stores otherwise allow 32).
     """
-    root = compat.local_store_root(store)
+    root = equivalence.local_store_root(store)
     if root is not None:
         return _local_chunk_store(root, bool(store.read_only))
-    root = compat.gds_store_root(store)
+    root = equivalence.gds_store_root(store)
     if root is not None:
         local = _local_chunk_store(root, bool(store.read_only))
         return FolderReadsChunkStore(local, ZarrChunkStore(store, loop))
-    if compat.is_memory_store(store):
+    if equivalence.is_memory_store(store):
         return MemoryChunkStore(store)
-    inner = compat.obstore_of(store)
+    inner = equivalence.obstore_of(store)
     if inner is not None:
         track_zarr_loop()
         return ObstoreChunkStore(

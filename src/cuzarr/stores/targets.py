@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cuzarr import _zarr_compat as compat
+from cuzarr import _zarr_equivalence as equivalence
 from cuzarr.errors import ReadOnlyError, UnsupportedError
 from cuzarr.stores import from_zarr_store, track_zarr_loop
 from cuzarr.stores.base import ChunkStore
@@ -188,7 +189,7 @@ def resolve_target(
         return StoreHandle(root=os.path.abspath(text), read_only=read_only)
     if compat.is_zarr_store(target):
         _no_storage_options(storage_options, "a zarr Store (configure the store itself)")
-        root = compat.local_store_root(target)
+        root = equivalence.local_store_root(target)
         if root is not None:
             return StoreHandle(
                 root=os.path.abspath(str(root)), read_only=read_only or target.read_only

@@ -200,7 +200,7 @@ class ZarrChunkStore(BaseChunkStore):
 class FolderReadsChunkStore(BaseChunkStore):
     """A zarr store that is a local folder for reads and its own API for writes.
 
-    For kvikio's ``GDSStore`` (:func:`cuzarr._zarr_compat.gds_store_root`): its ``get`` reads
+    For kvikio's ``GDSStore`` (:func:`cuzarr._zarr_equivalence.gds_store_root`): its ``get`` reads
     the same files as zarr's ``LocalStore`` and only puts the bytes elsewhere, so every read
     (and the GPU backend's kvikio device reads, :attr:`StoreCaps.device_reads`) goes to the
     folder through ``local``. Its ``set`` rewrites a file in place with kvikio, where cuzarr
