@@ -330,18 +330,11 @@ class CpuBackend:
                     codec.decode_into(raw, tmp)
                     return tmp
                 return codec.decode(raw)
-            if dest.flags.c_contiguous or not codec.direct:
+            if dest.flags.c_contiguous or not codec.direct or codec.raw:
+                # Uncompressed chunks too: the codec views the stored bytes and copies them
+                # once into the strided region (through a scratch chunk it was two copies: 12
+                # of 53 ms of copying in a whole read of 512 uncompressed 512 KiB chunks).
                 codec.decode_into(raw, dest)
-            elif codec.raw and dest.dtype == codec.dtype:
-                # Stored bytes are the chunk: one copy from them into the strided region
-                # (through a scratch chunk it was two: 12 of 53 ms of copying in a whole read
-                # of 512 uncompressed 512 KiB chunks).
-                src = as_u8(raw)
-                if src.nbytes != codec.nbytes:
-                    raise CorruptChunkError(
-                        f"decoded {src.nbytes} bytes, expected {codec.nbytes}"
-                    )
-                dest[...] = src.view(codec.dtype).reshape(codec.shape)
             else:
                 tmp = self._scratch.get(codec.shape, codec.dtype)
                 codec.decode_into(raw, tmp)

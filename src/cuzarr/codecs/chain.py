@@ -304,6 +304,9 @@ class V2ChunkCodec:
             data = f.codec.decode(data)
         arr = np.asarray(data) if isinstance(data, np.ndarray) else as_u8(data)
         if arr.dtype != self.dtype:
+            if arr.nbytes % self.dtype.itemsize:
+                # Not whole elements (a truncated chunk): named here, not by NumPy's view.
+                raise CorruptChunkError(f"decoded {arr.nbytes} bytes, expected {self.nbytes}")
             arr = arr.reshape(-1, order="A").view(self.dtype)
         if arr.size != math.prod(self.shape):
             raise CorruptChunkError(f"decoded {arr.nbytes} bytes, expected {self.nbytes}")
