@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self
@@ -29,6 +30,7 @@ from cuzarr.codecs.chain import ChunkCodec
 from cuzarr.config import Device, Settings, get_settings, zarr_gpu_buffers_for
 from cuzarr.engine import ArrayEngine
 from cuzarr.engine.requests import ChunkRequest, new_request
+from cuzarr.engine.selection import needed_blocks
 from cuzarr.errors import UnsupportedError
 from cuzarr.metadata import parse_v2, parse_v3
 from cuzarr.stores import from_zarr_store, track_zarr_loop
@@ -378,20 +380,15 @@ def _decoded_bytes(engine: ArrayEngine, req: ChunkRequest) -> int | None:
     if sh is None:
         return engine.codec.nbytes
     sel = req.chunk_selection
-    if type(sel) is not tuple or len(sel) != len(sh.chunk_shape):
+    if (
+        type(sel) is not tuple
+        or len(sel) != len(sh.chunk_shape)
+        or not all(
+            isinstance(s, (int, np.integer))
+            or (type(s) is slice and (s.step is None or s.step >= 1))
+            for s in sel
+        )
+    ):
         return None
-    count = 1
-    for s, inner in zip(sel, sh.chunk_shape, strict=True):
-        if type(s) is slice:
-            start, stop, step = s.start, s.stop, 1 if s.step is None else s.step
-            if type(start) is not int or type(stop) is not int or type(step) is not int:
-                return None
-            if step < 1:
-                return None
-            if stop <= start:
-                return 0
-            last = start + (stop - 1 - start) // step * step
-            count *= last // inner - start // inner + 1
-        elif not isinstance(s, (int, np.integer)):
-            return None
-    return count * sh.inner.nbytes
+    blocks = needed_blocks(sel, sh.chunk_shape, engine.codec.shape)
+    return math.prod(len(b) for b in blocks) * sh.inner.nbytes
