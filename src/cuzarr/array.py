@@ -249,7 +249,9 @@ class Array(ArraySelections):
     def _read_plan(self, plan: BasicPlan, out: npt.NDArray[Any] | None) -> Any:
         result, buf, target = self._buffers(plan, out)
         if plan.requests:
-            self._engine.read(self._chunk_store(), plan.requests, target)
+            self._engine.read(
+                self._chunk_store(), plan.requests, target, callers_out=out is not None
+            )
         if plan.scalar and out is None:
             return buf[()]
         return result

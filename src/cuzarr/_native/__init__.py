@@ -32,6 +32,7 @@ __all__ = [
     "as_offsets",
     "check_buffers",
     "check_runs",
+    "copy_array",
     "gather",
     "helper",
     "put_boxes",
@@ -42,7 +43,7 @@ __all__ = [
 
 LIBRARY = Path(__file__).with_name("libczbatch.so")
 #: The helper's ``cz_abi_version()``: a library built from another source is not used.
-ABI_VERSION = 14
+ABI_VERSION = 15
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -62,6 +63,8 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.cz_zstd_decompress_many.restype = _I64
     lib.cz_gather.argtypes = [_I64, _P, _P, _P, _P, _P]
     lib.cz_gather.restype = None
+    lib.cz_copy_array.argtypes = [_P, _P, ctypes.c_int32, _I64, _P, ctypes.c_int32]
+    lib.cz_copy_array.restype = None
     lib.cz_read_zstd_boxes.argtypes = [
         _P, _P, _P, _I64, ctypes.c_char_p, _I64, _I64, ctypes.c_int32, _I64, _P, _P, _P, _P,
     ]
@@ -177,6 +180,43 @@ def gather(
     check_runs("gather dest_offsets", dest_offsets, lengths, dest.nbytes)
     so, ln, do = as_offsets(src_offsets, lengths, dest_offsets)
     lib.cz_gather(n, address(src), address(so), address(ln), address(dest), address(do))
+
+
+#: Most dimensions ``cz_copy_array`` takes (``CZ_MAX_DIMS``; NumPy allows 64).
+_COPY_MAX_DIMS = 64
+
+
+def copy_array(dest: npt.NDArray[Any], src: npt.NDArray[Any], *, streaming: bool) -> bool:
+    """``dest[...] = src`` in C with the GIL released; ``False`` (nothing done) where not taken.
+
+    Taken for two NumPy arrays of one shape and one data type without Python objects, ``dest``
+    writable and their memory apart; any strides. ``streaming`` writes rows of 64 bytes or more
+    with non-temporal stores (``cz_stream_run`` in ``czbatch.c``): for a destination larger
+    than the cache, whose lines an ordinary copy would read in only to overwrite. The bytes
+    written are the same either way.
+    """
+    lib = helper()
+    if (
+        lib is None
+        or type(dest) is not np.ndarray
+        or type(src) is not np.ndarray
+        or dest.dtype != src.dtype
+        or dest.shape != src.shape
+        or dest.dtype.hasobject
+        or not dest.flags.writeable
+        or not 1 <= dest.ndim <= _COPY_MAX_DIMS
+        or np.may_share_memory(dest, src)
+    ):
+        return False
+    ndim = dest.ndim
+    block = np.empty(3 * ndim, np.int64)
+    block[:ndim] = dest.shape
+    block[ndim : 2 * ndim] = src.strides
+    block[2 * ndim :] = dest.strides
+    lib.cz_copy_array(
+        address(src), address(dest), ndim, dest.dtype.itemsize, address(block), int(streaming)
+    )
+    return True
 
 
 def put_files(

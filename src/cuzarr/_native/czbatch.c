@@ -21,6 +21,9 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* int blosc_decompress_ctx(const void *src, void *dest, size_t destsize, int numinternalthreads) */
 typedef int (*cz_decompress_fn)(const void *, void *, size_t, int);
@@ -32,7 +35,7 @@ typedef int (*cz_compress_fn)(int, int, size_t, size_t, const void *, void *, si
                               const char *, size_t, int);
 
 /* The ABI version Python checks before using the library (bump on any signature change). */
-int cz_abi_version(void) { return 14; }
+int cz_abi_version(void) { return 15; }
 
 /*
  * Decompress n frames, frame i starting at src + src_offsets[i], into dest + dest_offsets[i]
@@ -123,6 +126,46 @@ void cz_gather(int64_t n, const uint8_t *src, const int64_t *src_offsets,
     }
 }
 
+/*
+ * Copy n bytes from s to d with non-temporal (streaming) stores where this build has SSE2: the
+ * destination's cache lines are written to memory without first being read into the cache,
+ * and without evicting what the cache holds. Used for chunks placed into outputs larger than
+ * the cache, whose lines the copy would otherwise read in only to overwrite them (measured:
+ * a 512 KiB chunk into 128-byte rows of a 256 MiB output, 57 -> 38 us; into 2 KiB rows 32 KiB
+ * apart, 83 -> 36 us). The caller issues the fence (cz_copy_array) once the copy is done.
+ */
+static void cz_stream_run(uint8_t *d, const uint8_t *s, size_t n)
+{
+#if defined(__SSE2__)
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (head > n) {
+        head = n;
+    }
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    n -= head;
+    for (; n >= 64; n -= 64, d += 64, s += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)s);
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+        _mm_stream_si128((__m128i *)d, a);
+        _mm_stream_si128((__m128i *)(d + 16), b);
+        _mm_stream_si128((__m128i *)(d + 32), c);
+        _mm_stream_si128((__m128i *)(d + 48), e);
+    }
+    for (; n >= 16; n -= 16, d += 16, s += 16) {
+        _mm_stream_si128((__m128i *)d, _mm_loadu_si128((const __m128i *)s));
+    }
+#endif
+    memcpy(d, s, n);
+}
+
+/* Rows shorter than this are copied with memcpy even when streaming (a partial cache line
+ * written with streaming stores costs more than the line's read). */
+#define CZ_STREAM_MIN_RUN 64
+
 /* Most dimensions a box copy handles (zarr's arrays have far fewer; NumPy allows 64). */
 #define CZ_MAX_DIMS 64
 
@@ -130,12 +173,13 @@ void cz_gather(int64_t n, const uint8_t *src, const int64_t *src_offsets,
  * Copy a box of extent[0] x ... x extent[ndim - 1] elements of itemsize bytes from src to dst,
  * element (0, ..., 0) of the box at each pointer, with byte strides src_strides and
  * dst_strides (any sign, 0 for a broadcast source axis). Rows along the last dimension are one
- * memcpy where both sides are contiguous there. The caller has checked that the box lies
- * inside both.
+ * memcpy where both sides are contiguous there (with streaming != 0, rows of at least
+ * CZ_STREAM_MIN_RUN bytes are written with cz_stream_run instead, and the caller fences). The
+ * caller has checked that the box lies inside both.
  */
 static void cz_copy_strided(const uint8_t *src, const int64_t *src_strides, uint8_t *dst,
                             const int64_t *dst_strides, int32_t ndim, int64_t itemsize,
-                            const int64_t *extent)
+                            const int64_t *extent, int streaming)
 {
     int64_t index[CZ_MAX_DIMS];
     for (int32_t d = 0; d < ndim; d++) {
@@ -149,8 +193,11 @@ static void cz_copy_strided(const uint8_t *src, const int64_t *src_strides, uint
     const int64_t dst_step = dst_strides[last];
     const int contiguous = src_step == itemsize && dst_step == itemsize;
     const int64_t run = extent[last] * itemsize;
+    const int stream = streaming && run >= CZ_STREAM_MIN_RUN;
     for (;;) {
-        if (contiguous) {
+        if (contiguous && stream) {
+            cz_stream_run(dst, src, (size_t)run);
+        } else if (contiguous) {
             memcpy(dst, src, (size_t)run);
         } else {
             for (int64_t k = 0; k < extent[last]; k++) {
@@ -173,6 +220,30 @@ static void cz_copy_strided(const uint8_t *src, const int64_t *src_strides, uint
             return;
         }
     }
+}
+
+/*
+ * Copy an array of extent[0] x ... x extent[ndim - 1] elements of itemsize bytes from src to
+ * dst (element (0, ..., 0) at each pointer; byte strides of any sign), as NumPy's dst[...] =
+ * src for two arrays of one shape and data type that do not overlap. shape_strides holds the
+ * extents, then src's strides, then dst's (ndim values each). streaming != 0 writes rows of
+ * at least CZ_STREAM_MIN_RUN bytes with non-temporal stores (cz_stream_run), then fences, so
+ * the stores are ordered before anything the caller does next. The caller has checked the
+ * arrays (cuzarr._native.copy_array).
+ */
+void cz_copy_array(const uint8_t *src, uint8_t *dst, int32_t ndim, int64_t itemsize,
+                   const int64_t *shape_strides, int32_t streaming)
+{
+    if (ndim < 1 || ndim > CZ_MAX_DIMS) {
+        return;
+    }
+    cz_copy_strided(src, shape_strides + ndim, dst, shape_strides + 2 * (int64_t)ndim, ndim,
+                    itemsize, shape_strides, streaming);
+#if defined(__SSE2__)
+    if (streaming) {
+        _mm_sfence();
+    }
+#endif
 }
 
 /* The byte strides of a C-ordered array of shape (ndim dimensions, itemsize bytes each). */
@@ -205,7 +276,7 @@ static void cz_copy_box(const uint8_t *chunk, const int64_t *chunk_shape, int32_
         dst += out_start[d] * out_strides[d];
         src_strides[d] = chunk_strides[d] * chunk_step[d];
     }
-    cz_copy_strided(src, src_strides, dst, out_strides, ndim, itemsize, extent);
+    cz_copy_strided(src, src_strides, dst, out_strides, ndim, itemsize, extent, 0);
 }
 
 /*
@@ -543,7 +614,7 @@ int64_t cz_put_boxes(int64_t n, const char *paths, const char *tag, int64_t firs
         const uint8_t *data = src;
         int64_t size = nbytes;
         if (!c_order) {
-            cz_copy_strided(src, src_strides, scratch, box_strides, ndim, itemsize, extent);
+            cz_copy_strided(src, src_strides, scratch, box_strides, ndim, itemsize, extent, 0);
             data = scratch;
         }
         if (kind == CZ_BLOSC) {

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from cuzarr import _native
 from cuzarr import _zarr_compat as compat
 from cuzarr.backends.base import (
     EACH,
@@ -158,6 +159,32 @@ def _box(chunk_sel: Any, out_sel: Any, ndim: int) -> list[int] | None:
             return None
         row[d], row[ndim + d], row[2 * ndim + d], row[3 * ndim + d] = c0, o0, o1 - o0, step
     return row
+
+
+#: Chunks of at least this many bytes are copied into a strided region of a caller's output
+#: (``DecodeItem.stream``) with streaming stores (:func:`cuzarr._native.copy_array`), which
+#: write the output's memory without first reading it into the cache. Measured on this
+#: project's 2-core VM (bench/results/probe-512-session31-stream.md): a 512 KiB chunk into
+#: 128-byte rows of a 256 MiB output 57 us with ``memcpy`` per row, 38 with streaming stores;
+#: 1 MiB into 2 KiB rows 83 against 36. Into memory the read itself allocated (fresh pages the
+#: kernel has just zeroed, partly still in the cache) streaming was 0-4 % slower, so only a
+#: caller's memory is streamed; smaller chunks, whose region may stay in the cache for the
+#: caller, are copied by NumPy.
+STREAM_PLACE_MIN = 256 * 1024
+
+
+def place(dest: npt.NDArray[Any], chunk: npt.NDArray[Any], stream: bool) -> None:
+    """``dest[...] = chunk``, with streaming stores where ``stream`` and the chunk is large.
+
+    Large: :data:`STREAM_PLACE_MIN` bytes or more. Anything ``copy_array`` refuses (data
+    types that differ, Python objects) is copied by NumPy.
+    """
+    if not (
+        stream
+        and chunk.nbytes >= STREAM_PLACE_MIN
+        and _native.copy_array(dest, chunk, streaming=True)
+    ):
+        dest[...] = chunk
 
 
 def _small_zstd(codec: Codec) -> bool:
@@ -318,7 +345,7 @@ class CpuBackend:
     def _decode_one(
         self, codec: Codec, item: DecodeItem, shared: bool, name: Namer
     ) -> npt.NDArray[Any]:
-        raw, dest, key, inner = item
+        raw, dest, key, inner, stream = item
         try:
             if dest is None:
                 if codec.direct:
@@ -330,15 +357,17 @@ class CpuBackend:
                     codec.decode_into(raw, tmp)
                     return tmp
                 return codec.decode(raw)
-            if dest.flags.c_contiguous or not codec.direct or codec.raw:
-                # Uncompressed chunks too: the codec views the stored bytes and copies them
+            if dest.flags.c_contiguous or not codec.direct:
+                codec.decode_into(raw, dest)
+            elif codec.raw:
+                # Uncompressed: the codec views the stored bytes (checking their size), copied
                 # once into the strided region (through a scratch chunk it was two copies: 12
                 # of 53 ms of copying in a whole read of 512 uncompressed 512 KiB chunks).
-                codec.decode_into(raw, dest)
+                place(dest, codec.decode(raw), stream)
             else:
                 tmp = self._scratch.get(codec.shape, codec.dtype)
                 codec.decode_into(raw, tmp)
-                dest[...] = tmp
+                place(dest, tmp, stream)
             return dest  # type: ignore[no-any-return]
         except Exception as exc:
             reraise_decode(name(key, inner), exc)

@@ -81,8 +81,12 @@ def read_chunks(
     requests: Sequence[ChunkRequest],
     out: Any,
     drop_axes: tuple[int, ...] = (),
+    callers_out: bool = False,
 ) -> list[bool]:
-    """Read requests of an unsharded array into ``out``; per request, whether it was present."""
+    """Read requests of an unsharded array into ``out``; per request, whether it was present.
+
+    ``callers_out``: ``out`` is the caller's memory (``DecodeItem.stream``).
+    """
     codec, backend = ctx.codec, ctx.backend
     raw, shape = codec.raw, codec.shape
 
@@ -104,7 +108,8 @@ def read_chunks(
         if got is None:
             out[req.out_selection] = ctx.fill
             return False
-        chunk = backend.decode(codec, [DecodeItem(got.data, dest, req.key)], ctx.where)[0]
+        item = DecodeItem(got.data, dest, req.key, None, callers_out)
+        chunk = backend.decode(codec, [item], ctx.where)[0]
         if dest is None:
             scatter(out, req, chunk, drop_axes)
         return True
@@ -172,7 +177,7 @@ def read_chunks(
                 continue
             present.append(i)
             # Batches are of small chunks: decoded into buffers of their own, then scattered.
-            items.append(item((raw, None, requests[i].key, None)))
+            items.append(item((raw, None, requests[i].key, None, False)))
         for i, chunk in zip(present, backend.decode(codec, items, ctx.where), strict=True):
             req = requests[i]
             selected = chunk[req.chunk_selection]
