@@ -1,7 +1,7 @@
 # The README's two commands: `make bench` (the main job) and `make test` (the test suite:
 # cuzarr's own tests, then zarr-python's suite with cuzarr's pipeline against zarr's own).
 # Each first runs scripts/bootstrap.sh, which creates .venv (Python >= 3.12) when needed.
-.PHONY: bench test unit gpu-sim gpu-api-facts zarr-suite lint venv
+.PHONY: no-native bench test unit gpu-sim gpu-api-facts zarr-suite lint venv
 
 VENV := .venv/bin
 
@@ -11,10 +11,19 @@ venv:
 bench: venv
 	$(VENV)/cuzarr bench $(ARGS)
 
-test: unit gpu-sim zarr-suite
+test: unit no-native gpu-sim zarr-suite
 
 unit: venv
 	$(VENV)/python -m pytest -q $(ARGS)
+
+# The pure-Python paths an install without a C compiler takes (CUZARR_NATIVE=0: the batch
+# helper unused): the parity suite and the tests of every path the helper otherwise serves.
+NO_NATIVE_TESTS = tests/parity tests/test_api.py tests/test_chunk_by_chunk_reads.py \
+	tests/test_zstd_batches.py tests/test_inner_grids.py tests/test_shard_splice.py \
+	tests/test_local_replace.py tests/test_box_writes.py tests/test_batch_puts.py \
+	tests/test_light_chunks.py tests/test_hardening_untrusted.py tests/test_streaming_copy.py
+no-native: venv
+	CUZARR_NATIVE=0 CUZARR_REQUIRE_NATIVE=0 $(VENV)/python -m pytest -q $(NO_NATIVE_TESTS) $(ARGS)
 
 # The GPU backend on the strict device simulator (tests/gpu_sim): tests/gpu and the host-side
 # GPU tests with line coverage of cuzarr.gpu (the floor only ever goes up).

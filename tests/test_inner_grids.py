@@ -362,6 +362,7 @@ def test_grid_is_not_taken_for_other_chains(
         assert calls == {"decode": 0, "encode": 0}
 
 
+@needs_helper
 def test_assemble_grid_equals_assemble_with_a_zero_length_inner_chunk(tmp_path: Path) -> None:
     """An old inner chunk of 0 bytes (another writer's) is kept by both builders alike."""
     _create(tmp_path / "a.zarr", "<u2")

@@ -20,6 +20,10 @@ from cuzarr.backends import cpu as cpu_backend
 from cuzarr.errors import CorruptChunkError
 from cuzarr.testing import assert_same_array, use_pipeline
 
+#: Whether small zstd chunks are placed from C here (the batch helper is built): the tests
+#: below check values either way, and that the C batches are taken only where they exist.
+C_BATCHES = cpu_backend.zstd_batch.available()
+
 SHAPE = (40, 36, 20)
 CHUNKS = (4, 4, 4)  # 10 x 9 x 5 = 450 chunks, several batches
 
@@ -96,7 +100,7 @@ def test_batched_reads_equal_zarr(
     for selection in SELECTIONS:
         calls.clear()
         assert_same_array(a[selection], data[selection], msg=repr(selection))
-        if selection == np.s_[10:30, :, None, 1:20:2]:
+        if selection == np.s_[10:30, :, None, 1:20:2] and C_BATCHES:
             # Steps in the chunk: placed from C as boxes with a step, no general decode.
             assert calls == [], calls
         if selection == np.s_[:, 17, :]:
@@ -105,7 +109,10 @@ def test_batched_reads_equal_zarr(
             assert sum(calls) == 25 and max(calls) == cpu_backend.read_batch_size(50, threads)
     # Box selections go to the C batches, sized for the 450 chunks of ``...`` (the first
     # batches all stored).
-    assert placed and max(placed) == cpu_backend.read_batch_size(450, threads)
+    if C_BATCHES:
+        assert placed and max(placed) == cpu_backend.read_batch_size(450, threads)
+    else:
+        assert placed == []
     # The zarr pipeline path (integer axes dropped by zarr's indexer) agrees too.
     with use_pipeline("cuzarr"):
         z = zarr.open_array(zarr.storage.LocalStore(path), mode="r")
@@ -247,7 +254,7 @@ def test_c_batches_place_boxes_into_any_output(
     assert got is out
     assert_same_array(out, expected)
     if expected.size >= 2 * cpu_backend.ZSTD_BATCH * 64:
-        assert placed and sum(placed) > 0
+        assert (placed and sum(placed) > 0) if C_BATCHES else placed == []
 
 
 def test_c_batches_equal_zarr_through_the_pipeline(
@@ -262,7 +269,7 @@ def test_c_batches_equal_zarr_through_the_pipeline(
     with use_pipeline("zarr"):
         reference = zarr.open_array(zarr.storage.LocalStore(path), mode="r")[...]
     assert_same_array(reference, data)
-    assert placed and sum(placed) > 0
+    assert (placed and sum(placed) > 0) if C_BATCHES else placed == []
 
 
 def test_without_c_batches_the_same_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -378,7 +385,8 @@ def test_c_batches_place_strided_selections(
             z = zarr.open_array(zarr.storage.LocalStore(path), mode="r")
             assert_same_array(z[selection], data[selection])
     if selection == np.s_[::2]:
-        assert placed and sum(placed) > 0  # steps in the chunk are placed from C
+        # Steps in the chunk are placed from C.
+        assert (placed and sum(placed) > 0) if C_BATCHES else placed == []
 
 
 def test_file_paths_check_keys_and_other_stores_refuse(tmp_path: Path) -> None:
