@@ -389,8 +389,12 @@ def test_put_boxes_refuses_what_it_cannot_write(tmp_path: Path) -> None:
         _native.put_boxes(path, a, [(-1, 0)], (2, 2), None, **kw)
     with pytest.raises(ValueError, match="object dtype"):
         _native.put_boxes(path, np.zeros(4, object), [(0,)], (2,), None, **kw)
+    with pytest.raises(ValueError, match="outside"):
+        _native.put_boxes(path, a, [(2, 2)], (-1, 2), None, **kw)  # a negative extent
     with pytest.raises(ValueError, match="one start per path"):
         _native.put_boxes(path * 2, a, [(0, 0)], (2, 2), None, **kw)
+    with pytest.raises(ValueError, match="one start per path"):
+        _native.put_boxes(path, a, [(0,)], (2, 2), None, **kw)  # a start of too few axes
     with pytest.raises(ValueError, match="NUL"):
         _native.put_boxes([b"a\0b"], a, [(0, 0)], (2, 2), None, **kw)
     assert _native.put_boxes([], a, [], (2, 2), None, **kw) == []

@@ -152,15 +152,15 @@ def write_chunks(
 
         _each(put, range(len(reqs)), batching.parallel, io)
 
+    # The requests whose chunk the value covers whole (by identity: worked out once).
+    covered = {id(r) for r in requests if _whole_chunk(ctx, r, value)}
     boxes = box_plan(ctx, store, value)
-    if boxes is not None and batching == EACH and all(
-        _whole_chunk(ctx, r, value) for r in requests
-    ):
+    if boxes is not None and batching == EACH and all(id(r) in covered for r in requests):
         batching = box_batching(len(requests), io)
 
     def run(batch: Sequence[ChunkRequest]) -> None:
-        whole = [r for r in batch if _whole_chunk(ctx, r, value)]
-        rest = [r for r in batch if not _whole_chunk(ctx, r, value)]
+        whole = [r for r in batch if id(r) in covered]
+        rest = [r for r in batch if id(r) not in covered]
         if whole and boxes is not None:
             # Encoded and stored from the value in one call into C (what it leaves: below).
             with write_locks(store, [r.key for r in whole]):
