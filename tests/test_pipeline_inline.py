@@ -1,9 +1,10 @@
-"""Small reads through zarr run on zarr's event loop; the others hop to a thread."""
+"""Small reads and writes through zarr run on zarr's event loop; the others hop to a thread."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from zarr.storage import LocalStore, MemoryStore
 
 import cuzarr
 from cuzarr.engine import ArrayEngine
-from cuzarr.zarr_pipeline import INLINE_READ_MAX_BYTES
+from cuzarr.zarr_pipeline import INLINE_READ_MAX_BYTES, INLINE_WRITE_MAX_BYTES
 
 
 @pytest.fixture
@@ -105,3 +106,131 @@ def test_inline_reads_report_missing_chunks_and_errors(tmp_path: Path, hops: lis
     with pytest.raises(cuzarr.CorruptChunkError, match="c/0/0"):
         arr[0:32, 0:32]
     assert hops == []
+
+
+@pytest.fixture
+def write_hops(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Counts the engine writes handed to ``asyncio.to_thread`` (their numbers of chunks)."""
+    seen: list[int] = []
+    real = asyncio.to_thread
+
+    async def counting(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(fn, functools.partial) and getattr(fn.func, "__func__", None) is (
+            ArrayEngine.write
+        ):
+            seen.append(len(fn.args[1]))
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    with cuzarr.configure(strict=True):
+        yield seen
+
+
+def _zarr_default(store: Any) -> Any:
+    """The array in ``store`` read through zarr's own pipeline (the independent check)."""
+    with zarr.config.set({"codec_pipeline.path": "zarr.core.codec_pipeline.BatchedCodecPipeline"}):
+        return zarr.open_array(store, mode="r")[...]
+
+
+@pytest.mark.parametrize("kind", ["local", "memory"])
+def test_small_writes_run_on_the_loop(tmp_path: Path, write_hops: list[int], kind: str) -> None:
+    """Writes of unsharded arrays whose chunks total at most INLINE_WRITE_MAX_BYTES (2 KiB
+    chunks here: 64 of them) run on the loop, whole and partial chunks alike; larger ones
+    hop. What they write is what zarr's own pipeline reads back."""
+    store = LocalStore(tmp_path / "w.zarr") if kind == "local" else MemoryStore()
+    arr = zarr.create_array(
+        store, shape=(512, 256), chunks=(32, 32), dtype="u2", fill_value=3,
+        compressors=zarr.codecs.ZstdCodec(level=1),
+    )  # fmt: skip
+    assert INLINE_WRITE_MAX_BYTES == 64 * 32 * 32 * 2
+    want = np.full((512, 256), 3, dtype="u2")
+    rng = np.random.default_rng(5)
+    for sel in [
+        (slice(0, 64), slice(0, 64)),  # 4 whole chunks
+        (slice(3, 5), slice(40, 47)),  # part of one chunk: read, merged, written
+        (slice(0, 256), slice(0, 256)),  # 64 chunks: 128 KiB, the bound
+        (7, slice(None)),  # a row through 8 chunks
+    ]:
+        value = rng.integers(0, 60000, size=want[sel].shape, dtype="u2")
+        arr[sel] = value
+        want[sel] = value
+        assert write_hops == [], sel
+    arr[...] = want[::-1]  # 128 chunks: hops
+    want = want[::-1].copy()
+    assert write_hops == [128]
+    np.testing.assert_array_equal(_zarr_default(store), want)
+
+
+def test_sharded_writes_hop(tmp_path: Path, write_hops: list[int]) -> None:
+    store = LocalStore(tmp_path / "s.zarr")
+    arr = zarr.create_array(
+        store, shape=(64, 64), chunks=(8, 8), shards=(32, 32), dtype="u2",
+        compressors=zarr.codecs.ZstdCodec(level=1),
+    )  # fmt: skip
+    arr[0:8, 0:8] = 9  # one inner chunk of one 2 KiB shard
+    assert write_hops == [1]
+    want = np.zeros((64, 64), "u2")
+    want[0:8, 0:8] = 9
+    np.testing.assert_array_equal(_zarr_default(store), want)
+
+
+def test_work_hops_while_another_task_is_on_the_loop(
+    tmp_path: Path, hops: list[int], write_hops: list[int]
+) -> None:
+    """With another task on zarr's loop (a call from another thread), small reads and writes
+    hop instead of holding the loop up; once it is gone they run on the loop again."""
+    from zarr.core.sync import _get_loop
+
+    store = LocalStore(tmp_path / "t.zarr")
+    _array(store, (32, 32))
+    arr = zarr.open_array(store, mode="r+")
+    release = threading.Event()
+
+    async def other() -> None:
+        while not release.is_set():
+            await asyncio.sleep(0.001)
+
+    running = asyncio.run_coroutine_threadsafe(other(), _get_loop())
+    try:
+        hops.clear()
+        want = np.arange(256 * 256, dtype="u2").reshape(256, 256)
+        np.testing.assert_array_equal(arr[0:4, 0:4], want[0:4, 0:4])
+        arr[0:4, 0:4] = 1
+        assert hops == [1]
+        assert write_hops == [1]
+    finally:
+        release.set()
+        running.result(timeout=10)
+    np.testing.assert_array_equal(arr[0:4, 0:4], 1)
+    arr[0:4, 0:4] = 2
+    assert hops == [1]
+    assert write_hops == [1]
+    np.testing.assert_array_equal(_zarr_default(store)[0:4, 0:4], 2)
+
+
+def test_concurrent_small_writes_from_threads(tmp_path: Path, write_hops: list[int]) -> None:
+    """Threads writing small regions through zarr at once (some on the loop, some hopping)
+    lose nothing: every thread's rows, and every thread's column of chunks all of them
+    rewrite (read, merged, written under the chunk's lock), are there."""
+    store = LocalStore(tmp_path / "c.zarr")
+    arr = zarr.create_array(
+        store, shape=(80, 256), chunks=(16, 16), dtype="u2",
+        compressors=zarr.codecs.ZstdCodec(level=1),
+    )  # fmt: skip
+
+    def writer(t: int) -> None:
+        for i in range(16):
+            arr[16 + t * 16 + i, :] = t * 100 + i  # a row of 16 chunks in this thread's band
+            arr[i, 200 + t] = t + 1  # one element of chunks shared by all threads
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    got = _zarr_default(store)
+    for t in range(4):
+        for i in range(16):
+            assert (got[16 + t * 16 + i, :] == t * 100 + i).all(), (t, i)
+        np.testing.assert_array_equal(got[0:16, 200 + t], t + 1)
+    np.testing.assert_array_equal(got[0:16, :200], 0)
