@@ -234,3 +234,27 @@ def test_concurrent_small_writes_from_threads(tmp_path: Path, write_hops: list[i
             assert (got[16 + t * 16 + i, :] == t * 100 + i).all(), (t, i)
         np.testing.assert_array_equal(got[0:16, 200 + t], t + 1)
     np.testing.assert_array_equal(got[0:16, :200], 0)
+
+
+def test_zarr_async_api_on_the_callers_loop_hops(
+    tmp_path: Path, hops: list[int], write_hops: list[int]
+) -> None:
+    """On a loop of the caller's own (zarr's asynchronous API), which may run many tasks at
+    once, small reads and writes hop: only zarr's own loop runs engine work."""
+    store = LocalStore(tmp_path / "x.zarr")
+    _array(store, (32, 32))
+    want = np.arange(256 * 256, dtype="u2").reshape(256, 256)
+    hops.clear()
+
+    async def main() -> Any:
+        a = await zarr.api.asynchronous.open_array(store=store, mode="r+")
+        got = await a.getitem((slice(0, 4), slice(0, 4)))
+        await a.setitem((slice(0, 4), slice(0, 4)), np.ones((4, 4), "u2"))
+        return got
+
+    got = asyncio.run(main())
+    np.testing.assert_array_equal(np.asarray(got), want[0:4, 0:4])
+    assert hops == [1]
+    assert write_hops == [1]
+    want[0:4, 0:4] = 1
+    np.testing.assert_array_equal(_zarr_default(store), want)

@@ -368,6 +368,13 @@ def zarr_io_loop() -> Any:
     return _get_loop()
 
 
+def is_zarr_io_loop(loop: Any) -> bool:
+    """Whether ``loop`` is zarr-python's own event loop (its synchronous API's; not started)."""
+    from zarr.core import sync
+
+    return sync.loop[0] is loop
+
+
 def object_store(obstore_store: Any, *, read_only: bool) -> Any:
     """A zarr ``ObjectStore`` over an obstore store."""
     from zarr.storage import ObjectStore

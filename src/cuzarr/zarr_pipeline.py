@@ -368,13 +368,17 @@ class Pipeline(CodecPipeline):
 
 
 def _loop_is_free() -> bool:
-    """Whether the running task is its event loop's only one.
+    """Whether the engine may run on the running loop: zarr's own, this task its only one.
 
-    zarr's synchronous API runs every call as a task on one shared loop: with another task
-    there (a call from another thread, waiting or in flight), work run on the loop would hold
-    it up, so the engine hops to a thread instead and the calls overlap.
+    zarr's synchronous API runs every call as a task on one shared loop (``zarr.core.sync``):
+    with another task there (a call from another thread, waiting or in flight), work run on
+    the loop would hold it up, so the engine hops to a thread instead and the calls overlap.
+    On any other loop (zarr's asynchronous API in the caller's own program, which may have
+    many tasks in flight) the engine always hops; that also keeps the task count, which
+    ``asyncio.all_tasks`` makes by a walk over the process's tasks, to zarr's loop.
     """
-    return len(asyncio.all_tasks()) <= 1
+    loop = asyncio.get_running_loop()
+    return compat.is_zarr_io_loop(loop) and len(asyncio.all_tasks(loop)) <= 1
 
 
 def _inline_read(engine: ArrayEngine, remote: bool, requests: list[ChunkRequest]) -> bool:
