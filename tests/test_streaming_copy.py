@@ -104,7 +104,23 @@ def test_refused_copies_leave_the_destination_alone() -> None:
     assert not _native.copy_array(frozen, src, streaming=True)
     objects = np.empty((2,), object)
     assert not _native.copy_array(objects, np.array([1, "a"], object), streaming=True)
-    assert not dest.any() and not frozen.any()
+
+    class Sub(np.ndarray):  # a subclass may override assignment: left to NumPy
+        pass
+
+    sub = np.zeros((4, 32), "<u2").view(Sub)
+    assert not _native.copy_array(sub, src, streaming=True)
+    assert not dest.any() and not frozen.any() and not sub.any()
+
+
+def test_copy_into_a_memmap(tmp_path: Path) -> None:
+    src = _source((64, 300), "<u4", seed=7)
+    mm = np.memmap(tmp_path / "out.bin", dtype="<u4", mode="w+", shape=(128, 600))
+    assert _native.copy_array(mm[32:96, 100:400], src, streaming=True)
+    mm.flush()
+    want = np.zeros((128, 600), "<u4")
+    want[32:96, 100:400] = src
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "out.bin", "<u4").reshape(128, 600), want)
 
 
 # ------------------------------------------------------------------------ engine
@@ -129,12 +145,13 @@ def test_only_a_callers_output_is_streamed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compressors: Any
 ) -> None:
     data = _array(tmp_path / "a.zarr", compressors)
-    calls: list[tuple[tuple[int, ...], bool]] = []
+    calls: list[tuple[tuple[int, ...], bool]] = []  # (shape, streamed): asked for and done
     real = _native.copy_array
 
     def spy(dest: np.ndarray, src: np.ndarray, *, streaming: bool) -> bool:
-        calls.append((src.shape, streaming))
-        return real(dest, src, streaming=streaming)
+        done = real(dest, src, streaming=streaming)
+        calls.append((src.shape, streaming and done))
+        return done
 
     monkeypatch.setattr(_native, "copy_array", spy)
     a = cuzarr.open(str(tmp_path / "a.zarr"), "r")
@@ -154,6 +171,16 @@ def test_only_a_callers_output_is_streamed(
     a.read(..., out=out)  # the whole array into a caller's array
     np.testing.assert_array_equal(out, data)
     assert calls == [((256, 256), True)] * 6
+
+    calls.clear()
+    mapped = np.memmap(tmp_path / "out.f4", dtype="<f4", mode="w+", shape=data.shape)
+    for i in range(0, 512, 256):  # chunk by chunk into a caller's file-backed array
+        for j in range(0, 768, 256):
+            a.read((slice(i, i + 256), slice(j, j + 256)), out=mapped[i : i + 256, j : j + 256])
+    mapped.flush()
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "out.f4", "<f4").reshape(data.shape), data)
+    assert calls == [((256, 256), True)] * 6
+    del mapped
 
     calls.clear()
     small = np.full((100, 300), -1, "<f4")  # parts of chunks: smaller than the bound

@@ -186,21 +186,26 @@ def gather(
 #: Most dimensions ``cz_copy_array`` takes (``CZ_MAX_DIMS``; NumPy allows 64).
 _COPY_MAX_DIMS = 64
 
+#: Array types whose memory ``copy_array`` writes itself: NumPy's own and its file-backed
+#: ``memmap`` (the same memory layout; subclasses that may override assignment are left to
+#: NumPy).
+_PLAIN_ARRAYS = (np.ndarray, np.memmap)
+
 
 def copy_array(dest: npt.NDArray[Any], src: npt.NDArray[Any], *, streaming: bool) -> bool:
     """``dest[...] = src`` in C with the GIL released; ``False`` (nothing done) where not taken.
 
-    Taken for two NumPy arrays of one shape and one data type without Python objects, ``dest``
-    writable and their memory apart; any strides. ``streaming`` writes rows of 64 bytes or more
-    with non-temporal stores (``cz_stream_run`` in ``czbatch.c``): for a destination larger
-    than the cache, whose lines an ordinary copy would read in only to overwrite. The bytes
-    written are the same either way.
+    Taken for two NumPy arrays (``ndarray`` or ``memmap``) of one shape and one data type
+    without Python objects, ``dest`` writable and their memory apart; any strides.
+    ``streaming`` writes rows of 64 bytes or more with non-temporal stores (``cz_stream_run``
+    in ``czbatch.c``): for a destination larger than the cache, whose lines an ordinary copy
+    would read in only to overwrite. The bytes written are the same either way.
     """
     lib = helper()
     if (
         lib is None
-        or type(dest) is not np.ndarray
-        or type(src) is not np.ndarray
+        or type(dest) not in _PLAIN_ARRAYS
+        or type(src) not in _PLAIN_ARRAYS
         or dest.dtype != src.dtype
         or dest.shape != src.shape
         or dest.dtype.hasobject
