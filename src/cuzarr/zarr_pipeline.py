@@ -34,7 +34,7 @@ from cuzarr.engine.selection import needed_blocks
 from cuzarr.errors import UnsupportedError
 from cuzarr.metadata import parse_v2, parse_v3
 from cuzarr.stores import from_zarr_store, track_zarr_loop
-from cuzarr.stores.base import Coalescing
+from cuzarr.stores.base import Coalescing, StoreCaps
 
 if TYPE_CHECKING:
     from zarr.abc.codec import Codec, GetResult
@@ -361,7 +361,7 @@ class Pipeline(CodecPipeline):
             tuple(drop_axes),
             write_empty_chunks=compat.write_empty_chunks(batch[0][1]),
         )
-        if _inline_write(engine, chunk_store.caps.remote, requests):
+        if _inline_write(engine, chunk_store.caps, requests):
             call()
         else:
             await asyncio.to_thread(call)
@@ -395,14 +395,18 @@ def _inline_read(engine: ArrayEngine, remote: bool, requests: list[ChunkRequest]
     return nbytes is not None and nbytes <= INLINE_READ_MAX_BYTES and _loop_is_free()
 
 
-def _inline_write(engine: ArrayEngine, remote: bool, requests: list[ChunkRequest]) -> bool:
+def _inline_write(engine: ArrayEngine, caps: StoreCaps, requests: list[ChunkRequest]) -> bool:
     """Whether a write is small enough to run on the event loop (:data:`INLINE_WRITE_MAX_BYTES`).
 
-    On the CPU, to a store that is neither remote nor used through zarr's async API, of an
-    unsharded array whose requested chunks total at most :data:`INLINE_WRITE_MAX_BYTES`, with
-    no other task on the loop (:func:`_loop_is_free`).
+    On the CPU, to a store that is not remote and does not write through a zarr store's API
+    on the loop (``caps.loop_writes``: kvikio's ``GDSStore`` reads as a folder but writes
+    through its API, which would wait on the blocked loop), of an unsharded array whose
+    requested chunks total at most :data:`INLINE_WRITE_MAX_BYTES`, with no other task on the
+    loop (:func:`_loop_is_free`).
     """
-    if remote or engine.backend.name != "cpu" or engine.sharding is not None:
+    if caps.remote or caps.loop_writes or engine.backend.name != "cpu":
+        return False
+    if engine.sharding is not None:
         return False
     return len(requests) * engine.codec.nbytes <= INLINE_WRITE_MAX_BYTES and _loop_is_free()
 

@@ -65,6 +65,9 @@ def test_a_gdsstore_is_its_folder_for_reads_and_its_api_for_writes(tmp_path, sim
     chunk_store = from_zarr_store(store)
     assert isinstance(chunk_store, FolderReadsChunkStore)
     assert chunk_store.caps.device_reads and not chunk_store.caps.remote
+    # Its writes run on zarr's loop through the store's API: the pipeline never runs a write
+    # on that loop (it would wait on itself).
+    assert chunk_store.caps.loop_writes and chunk_store.api.caps.loop_writes
     assert chunk_store.local.root == tmp_path
     assert chunk_store.api._store is store
     assert from_zarr_store(GDSStore(tmp_path, read_only=True)).local.read_only

@@ -91,6 +91,11 @@ class StoreCaps:
         A folder for cross-process write locks (local folders), see :mod:`cuzarr.engine.locks`.
     concurrency : int or None
         Requests in flight on this store (``None``: ``Settings.io_concurrency`` when remote).
+    loop_writes : bool
+        Puts and deletes go through a zarr store's own API, run on an event loop (a zarr store
+        used through its API, and the writes of one read as a local folder): a write must
+        never run on that loop, which would then wait on itself (see
+        :func:`cuzarr.zarr_pipeline._inline_write`).
     """
 
     remote: bool = False
@@ -105,6 +110,7 @@ class StoreCaps:
     box_puts: bool = False
     lock_root: str | None = None
     concurrency: int | None = None
+    loop_writes: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,7 +66,7 @@ class ZarrChunkStore(BaseChunkStore):
         self._loop = loop
         self._prototype = default_buffer_prototype()
         self.name = str(store)
-        self.caps = StoreCaps(remote=True, coalesces=True)
+        self.caps = StoreCaps(remote=True, coalesces=True, loop_writes=True)
 
     def _run[T](self, coro: Coroutine[Any, Any, T], what: str = "", key: str = "") -> T:
         try:
@@ -220,10 +220,11 @@ class FolderReadsChunkStore(BaseChunkStore):
         self.local = local
         self.api = api
         self.name = local.name
-        # Reads as the folder's; writes one put per object through the store, without
-        # cuzarr's batch writes of boxes (they write files directly). The folder's write
+        # Reads as the folder's; writes one put per object through the store (on its event
+        # loop: loop_writes), without cuzarr's batch writes of boxes (they write files
+        # directly). The folder's write
         # locks still serialize cuzarr's read-modify-writes with other cuzarr writers.
-        self.caps = replace(local.caps, box_puts=False)
+        self.caps = replace(local.caps, box_puts=False, loop_writes=True)
 
     def get(
         self,
