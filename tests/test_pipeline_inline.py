@@ -20,21 +20,34 @@ from cuzarr.zarr_pipeline import INLINE_READ_MAX_BYTES, INLINE_WRITE_MAX_BYTES
 
 
 @pytest.fixture
-def hops(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """Counts the engine reads handed to ``asyncio.to_thread`` (other hops are zarr's)."""
-    seen: list[int] = []
+def _hop_log(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[Any, list[int]]]:
+    """Per engine method (``ArrayEngine.read``, ``.write``), the numbers of requests of its
+    calls handed to ``asyncio.to_thread`` (other hops are zarr's), with cuzarr configured."""
+    seen: dict[Any, list[int]] = {ArrayEngine.read: [], ArrayEngine.write: []}
     real = asyncio.to_thread
 
     async def counting(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(fn, functools.partial) and getattr(fn.func, "__func__", None) is (
-            ArrayEngine.read
-        ):
-            seen.append(len(fn.args[1]))
+        if isinstance(fn, functools.partial):
+            log = seen.get(getattr(fn.func, "__func__", None))
+            if log is not None:
+                log.append(len(fn.args[1]))
         return await real(fn, *args, **kwargs)
 
     monkeypatch.setattr(asyncio, "to_thread", counting)
     with cuzarr.configure(strict=True):
         yield seen
+
+
+@pytest.fixture
+def hops(_hop_log: dict[Any, list[int]]) -> list[int]:
+    """Counts the engine reads handed to ``asyncio.to_thread``."""
+    return _hop_log[ArrayEngine.read]
+
+
+@pytest.fixture
+def write_hops(_hop_log: dict[Any, list[int]]) -> list[int]:
+    """Counts the engine writes handed to ``asyncio.to_thread`` (their numbers of chunks)."""
+    return _hop_log[ArrayEngine.write]
 
 
 def _array(
@@ -106,24 +119,6 @@ def test_inline_reads_report_missing_chunks_and_errors(tmp_path: Path, hops: lis
     with pytest.raises(cuzarr.CorruptChunkError, match="c/0/0"):
         arr[0:32, 0:32]
     assert hops == []
-
-
-@pytest.fixture
-def write_hops(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """Counts the engine writes handed to ``asyncio.to_thread`` (their numbers of chunks)."""
-    seen: list[int] = []
-    real = asyncio.to_thread
-
-    async def counting(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(fn, functools.partial) and getattr(fn.func, "__func__", None) is (
-            ArrayEngine.write
-        ):
-            seen.append(len(fn.args[1]))
-        return await real(fn, *args, **kwargs)
-
-    monkeypatch.setattr(asyncio, "to_thread", counting)
-    with cuzarr.configure(strict=True):
-        yield seen
 
 
 def _zarr_default(store: Any) -> Any:
