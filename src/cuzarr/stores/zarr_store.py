@@ -222,8 +222,8 @@ class FolderReadsChunkStore(BaseChunkStore):
         self.name = local.name
         # Reads as the folder's; writes one put per object through the store (on its event
         # loop: loop_writes), without cuzarr's batch writes of boxes (they write files
-        # directly). The folder's write
-        # locks still serialize cuzarr's read-modify-writes with other cuzarr writers.
+        # directly). The folder's write locks still serialize cuzarr's read-modify-writes
+        # with other cuzarr writers.
         self.caps = replace(local.caps, box_puts=False, loop_writes=True)
 
     def get(
