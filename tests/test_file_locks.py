@@ -1,13 +1,16 @@
-"""Cross-process write locks of local folders (``cuzarr.engine.locks.file_locks``).
+"""Write locks of local folders (``cuzarr.engine.locks.file_locks``): threads and processes.
 
 Keys map to bytes of a lock file; a row of chunks maps to consecutive bytes, locked with one
-system call; a byte stays locked while any thread of the process needs it; a failure while
-locking leaves nothing locked. Whether a byte is locked is asked from another process (record
-locks do not exclude the process that holds them).
+system call; a second thread of the process wanting a held key waits, and takes the bytes
+when the first lets go; a failure while locking leaves nothing locked; a refusal as a deadlock
+(which Linux reports for threads of two processes that cannot deadlock) is retried. Whether a
+byte is locked is asked from another process (record locks do not exclude the process that
+holds them).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import multiprocessing
 import os
@@ -85,7 +88,7 @@ def test_a_row_is_locked_and_unlocked_with_one_call_each(
     assert calls[1:] == [(fcntl.LOCK_UN, 16, slot_of("c/0/0"))]
 
 
-def test_another_process_is_held_off_until_the_last_thread_lets_go(lock_dir: Path) -> None:
+def test_a_second_thread_waits_and_then_holds_its_bytes(lock_dir: Path) -> None:
     root = "/data/b.zarr"
     first = [f"c/0/{i}" for i in range(0, 4)]
     second = [f"c/0/{i}" for i in range(2, 6)]
@@ -102,13 +105,30 @@ def test_another_process_is_held_off_until_the_last_thread_lets_go(lock_dir: Pat
     with file_locks(root, first):
         worker = threading.Thread(target=hold_second)
         worker.start()
-        assert second_holds.wait(30)
-        assert _locked_elsewhere(root, everything) == [True] * 6 + [False]
-    # the first thread let go: its bytes the second still needs stay locked
+        # keys 2 and 3 are the first thread's: the second waits, holding no byte
+        assert not second_holds.wait(0.3)
+        assert _locked_elsewhere(root, everything) == [True] * 4 + [False] * 3
+    assert second_holds.wait(30)
     assert _locked_elsewhere(root, everything) == [False, False] + [True] * 4 + [False]
     release_second.set()
     worker.join(30)
     assert _locked_elsewhere(root, everything) == [False] * 7
+
+
+def test_threads_on_other_keys_do_not_wait(lock_dir: Path) -> None:
+    root = "/data/d.zarr"
+    done = threading.Event()
+
+    def other() -> None:
+        with file_locks(root, ["c/1/0", "c/1/1"]):
+            done.set()
+
+    with file_locks(root, ["c/0/0", "c/0/1"]):
+        worker = threading.Thread(target=other)
+        worker.start()
+        assert done.wait(30)
+        worker.join(30)
+        assert _locked_elsewhere(root, ["c/0/0", "c/0/1", "c/1/0"]) == [True, True, False]
 
 
 def test_a_failure_while_locking_leaves_nothing_locked(
@@ -122,14 +142,49 @@ def test_a_failure_while_locking_leaves_nothing_locked(
     def failing(fd: int, cmd: int, length: int = 0, start: int = 0, whence: int = 0) -> Any:
         n["calls"] += 1
         if cmd == fcntl.LOCK_EX and n["calls"] == 2:
-            raise OSError(35, "Resource deadlock avoided")
+            raise OSError(errno.ENOLCK, "No locks available")
         return real(fd, cmd, length, start, whence)
 
     monkeypatch.setattr(fcntl, "lockf", failing)
-    with pytest.raises(OSError, match="deadlock"), file_locks(root, keys):
+    with pytest.raises(OSError, match="No locks"), file_locks(root, keys):
         pytest.fail("the body must not run")
     monkeypatch.setattr(fcntl, "lockf", real)
     assert _locked_elsewhere(root, keys) == [False, False, False]
-    assert all(e.users == 0 for (r, _s), e in locks._slots.items() if r == root)
-    with file_locks(root, keys):  # and they can be taken again
+    with file_locks(root, keys):  # and they can be taken again, by this thread or another
         assert _locked_elsewhere(root, keys) == [True, True, True]
+    took: list[bool] = []
+
+    def take() -> None:
+        with file_locks(root, keys):
+            took.append(True)
+
+    worker = threading.Thread(target=take)
+    worker.start()
+    worker.join(30)
+    assert took == [True]
+
+
+def test_a_refusal_as_deadlock_is_retried(
+    lock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = "/data/e.zarr"
+    keys = ["c/0/0", "c/0/1"]
+    real = fcntl.lockf
+    refused = {"left": 3}
+
+    def refusing(fd: int, cmd: int, length: int = 0, start: int = 0, whence: int = 0) -> Any:
+        if cmd == fcntl.LOCK_EX and refused["left"]:
+            refused["left"] -= 1
+            raise OSError(errno.EDEADLK, "Resource deadlock avoided")
+        return real(fd, cmd, length, start, whence)
+
+    monkeypatch.setattr(fcntl, "lockf", refusing)
+    with file_locks(root, keys):
+        assert refused["left"] == 0
+        assert _locked_elsewhere(root, keys) == [True, True]
+    # past the retry budget the refusal is raised, nothing held
+    monkeypatch.setattr(locks, "DEADLOCK_RETRY_S", 0.0)
+    refused["left"] = 1
+    with pytest.raises(OSError, match="deadlock"), file_locks(root, keys):
+        pytest.fail("the body must not run")
+    assert _locked_elsewhere(root, keys) == [False, False]

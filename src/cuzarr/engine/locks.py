@@ -1,105 +1,64 @@
 """Locks per stored object, for read-modify-write of chunks and shards.
 
 A partial write reads a chunk (or shard), merges and writes it back. Two writers doing that to
-the same object at once would lose one update. Every engine takes the lock of ``(store, key)``
-around its read-modify-write (:func:`write_locks`): a process-wide lock for the threads of one
-process (zarr's API, the explicit API, Dask's threaded scheduler), and for local folders also
-a cross-process lock (:func:`file_locks`), so processes on one machine serialize too. Object
-stores use conditional puts instead (see ``stores/obstore_.py``).
+the same object at once would lose one update. Every engine takes the locks of a batch of keys
+around its writes (:func:`write_locks`): for the threads of one process (zarr's API, the
+explicit API, Dask's threaded scheduler) a striped table of thread locks, and for local folders
+also a cross-process lock (an ``fcntl`` byte per key of a lock file), so processes on one
+machine serialize too. Object stores use conditional puts instead (see ``stores/obstore_.py``).
+
+Every key has a slot (:func:`slot_of`): its byte in the folder's lock file, and with the
+store's offset its stripe (one thread lock of :data:`STRIPES`). A thread takes its stripes in
+ascending order, then its bytes in ascending order (a run of consecutive bytes per system
+call); two keys on one stripe serialize needlessly, never incorrectly. Since one slot always
+falls on one stripe, only one thread of a process holds a given byte at any time, so a byte is
+locked and unlocked by the thread that needs it, with no count of users. A thread waiting for
+a stripe holds no byte yet, so a thread blocked on another process's byte keeps no thread of
+its own process from letting go of what that one holds (no deadlock across processes either:
+every thread takes bytes in ascending order).
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import threading
+import time
 import zlib
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from cuzarr.stores.base import ChunkStore
 
-__all__ = ["file_locks", "object_locks", "slot_of", "write_locks"]
+__all__ = ["STRIPES", "WriteLocks", "file_locks", "slot_of", "write_locks"]
 
-
-@dataclass(slots=True)
-class _Entry:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    #: Threads holding or waiting for the lock; the entry is dropped at zero.
-    users: int = 0
-
-
-_table_lock = threading.Lock()
-_table: dict[tuple[str, str], _Entry] = {}
-
-
-def _after_fork_in_child() -> None:
-    global _table_lock, _table
-    _table_lock = threading.Lock()
-    _table = {}
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-@contextmanager
-def object_locks(store: str, keys: Iterable[str]) -> Iterator[None]:
-    """Hold the locks of ``keys`` in ``store`` (taken in sorted order: no deadlock).
-
-    Parameters
-    ----------
-    store : str
-        Identifies the store (its ``name``: a URL or path).
-    keys : iterable of str
-        Keys of the objects about to be read, merged and rewritten.
-    """
-    names = sorted(set(keys))
-    entries: list[_Entry] = []
-    with _table_lock:
-        for key in names:
-            entry = _table.get((store, key))
-            if entry is None:
-                entry = _table[(store, key)] = _Entry()
-            entry.users += 1
-            entries.append(entry)
-    taken: list[_Entry] = []
-    try:
-        for entry in entries:
-            entry.lock.acquire()
-            taken.append(entry)
-        yield
-    finally:
-        for entry in reversed(taken):
-            entry.lock.release()
-        with _table_lock:
-            for key, entry in zip(names, entries, strict=True):
-                entry.users -= 1
-                if entry.users == 0 and _table.get((store, key)) is entry:
-                    del _table[(store, key)]
-
-
-# ---------------------------------------------------------------------------------------------
-# across processes (local folders)
+#: Thread locks in the table (created when first used): two keys of one store share one with
+#: odds of about 1 in this, then serialize needlessly.
+STRIPES = 1 << 14
+_stripes: dict[int, threading.Lock] = {}
 
 _LOCK_DIR_ENV = "CUZARR_LOCK_DIR"
 _SLOTS = 1 << 30
 _fd_lock = threading.Lock()
 _fds: dict[str, int] = {}
 
+#: How long a lock call refused as a deadlock is retried (see :func:`_lock_runs`).
+DEADLOCK_RETRY_S = 60.0
 
-def _after_fork_fds() -> None:
-    global _fd_lock, _slots
+
+def _after_fork_in_child() -> None:
+    global _fd_lock, _stripes
+    # Locks other threads of the parent held stay held in the child: start afresh. POSIX
+    # record locks are not inherited (the descriptors are, and stay usable).
     _fd_lock = threading.Lock()
-    # POSIX record locks are not inherited (the descriptors are, and stay usable).
-    _slots = {}
+    _stripes = {}
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_fds)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _lock_file(root: str) -> int:
@@ -107,6 +66,9 @@ def _lock_file(root: str) -> int:
 
     It is never closed: closing any descriptor of a file drops the process's POSIX locks on it.
     """
+    fd = _fds.get(root)
+    if fd is not None:
+        return fd
     with _fd_lock:
         fd = _fds.get(root)
         if fd is None:
@@ -121,17 +83,6 @@ def _lock_file(root: str) -> int:
             fd = os.open(os.path.join(folder, name), os.O_RDWR | os.O_CREAT, 0o666)
             _fds[root] = fd
         return fd
-
-
-@dataclass(slots=True)
-class _Slot:
-    slot: int
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    #: Threads of this process holding the byte.
-    users: int = 0
-
-
-_slots: dict[tuple[str, int], _Slot] = {}
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -149,126 +100,131 @@ def slot_of(key: str) -> int:
     return zlib.crc32(key.encode()) % _SLOTS
 
 
-def _slot_entries(root: str, keys: Iterable[str]) -> list[_Slot]:
-    """The slots of ``keys`` in ascending order, each once (one table lookup under one lock)."""
-    slots = sorted({slot_of(k) for k in keys})
-    with _fd_lock:
-        out = []
-        for slot in slots:
-            entry = _slots.get((root, slot))
-            if entry is None:
-                entry = _slots[(root, slot)] = _Slot(slot)
-            out.append(entry)
-        return out
+def _stripe(i: int) -> threading.Lock:
+    lock = _stripes.get(i)
+    if lock is None:
+        lock = _stripes.setdefault(i, threading.Lock())
+    return lock
 
 
-def _runs(entries: list[_Slot]) -> Iterator[tuple[int, int]]:
-    """``(first slot, length)`` of each run of consecutive slots of sorted ``entries``."""
-    i = 0
-    while i < len(entries):
-        j = i + 1
-        while j < len(entries) and entries[j].slot == entries[j - 1].slot + 1:
-            j += 1
-        yield entries[i].slot, j - i
-        i = j
+def _runs(slots: Sequence[int]) -> list[tuple[int, int]]:
+    """``(first slot, length)`` of each run of consecutive values of ascending ``slots``."""
+    runs: list[tuple[int, int]] = []
+    start = prev = -2
+    for s in slots:
+        if s != prev + 1:
+            if prev >= 0:
+                runs.append((start, prev - start + 1))
+            start = s
+        prev = s
+    if prev >= 0:
+        runs.append((start, prev - start + 1))
+    return runs
 
 
-def _take(fd: int, entries: list[_Slot], taken: list[_Slot]) -> None:
-    """Count this thread as a user of every slot of ``entries`` (ascending).
+def _lock_runs(fd: int, runs: Sequence[tuple[int, int]]) -> None:
+    """Lock the byte runs ``runs`` (ascending) of ``fd``; on failure none stays locked.
 
-    The bytes of the slots no thread of this process holds are locked, one run of consecutive
-    bytes per call. A slot's thread lock is held while its byte is being locked, and only
-    then: a thread blocked on another process's byte holds no lock that a thread of this
-    process needs to release what it holds (no deadlock). Each slot counted goes to ``taken``.
+    Linux's deadlock check of record locks sees processes, not threads: with several threads
+    of two processes waiting on each other's bytes it may refuse a request (``EDEADLK``) that
+    cannot deadlock, since every thread takes its bytes in ascending order. Such a refusal is
+    retried after a short pause, for up to :data:`DEADLOCK_RETRY_S` seconds.
     """
     import fcntl
 
-    i, n = 0, len(entries)
-    while i < n:
-        entry = entries[i]
-        entry.lock.acquire()
-        if entry.users:
-            entry.users += 1
-            entry.lock.release()
-            taken.append(entry)
-            i += 1
-            continue
-        # A run of bytes nobody here holds, extended while the next slot is the next byte.
-        run = [entry]
-        while i + len(run) < n and entries[i + len(run)].slot == run[-1].slot + 1:
-            following = entries[i + len(run)]
-            following.lock.acquire()
-            if following.users:
-                following.lock.release()
-                break
-            run.append(following)
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX, len(run), run[0].slot, os.SEEK_SET)
-            for held in run:
-                held.users += 1
-            taken.extend(run)
-        finally:
-            for held in run:
-                held.lock.release()
-        i += len(run)
-
-
-def _give(fd: int, entries: list[_Slot]) -> None:
-    """Undo :func:`_take`: the bytes whose last user this was are unlocked (one call per run)."""
-    import fcntl
-
-    for entry in entries:
-        entry.lock.acquire()
+    done = 0
     try:
-        for entry in entries:
-            entry.users -= 1
-        for start, length in _runs([e for e in entries if e.users == 0]):
+        for start, length in runs:
+            pause, waited = 0.0005, 0.0
+            while True:
+                try:
+                    fcntl.lockf(fd, fcntl.LOCK_EX, length, start, os.SEEK_SET)
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EDEADLK or waited >= DEADLOCK_RETRY_S:
+                        raise
+                time.sleep(pause)
+                waited += pause
+                pause = min(pause * 2, 0.05)
+            done += 1
+    except BaseException:
+        for start, length in runs[:done]:
             fcntl.lockf(fd, fcntl.LOCK_UN, length, start, os.SEEK_SET)
-    finally:
-        for entry in entries:
-            entry.lock.release()
+        raise
 
 
-@contextmanager
-def file_locks(root: str, keys: Iterable[str]) -> Iterator[None]:
-    """Hold cross-process locks on ``keys`` of the local store at ``root``.
+class WriteLocks:
+    """The locks of a batch of keys: a context manager (what :func:`write_locks` returns).
+
+    Parameters
+    ----------
+    owner : str
+        What the thread locks are keyed by: the lock root for local folders, else the store's
+        name.
+    keys : iterable of str
+        Keys of the objects about to be written.
+    fd : int or None
+        The lock file of a local folder (:func:`_lock_file`); ``None``: threads only.
+    """
+
+    __slots__ = ("_fd", "_locks", "_runs")
+
+    def __init__(self, owner: str, keys: Iterable[str], fd: int | None) -> None:
+        slots = sorted({slot_of(k) for k in keys})
+        base = hash(owner)
+        self._locks = [_stripe(i) for i in sorted({(s + base) % STRIPES for s in slots})]
+        self._fd = fd
+        self._runs = _runs(slots) if fd is not None else []
+
+    def __enter__(self) -> None:
+        taken = 0
+        try:
+            for lock in self._locks:
+                lock.acquire()
+                taken += 1
+            if self._fd is not None:
+                _lock_runs(self._fd, self._runs)
+        except BaseException:
+            for lock in reversed(self._locks[:taken]):
+                lock.release()
+            raise
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if self._fd is not None:
+                import fcntl
+
+                for start, length in self._runs:
+                    fcntl.lockf(self._fd, fcntl.LOCK_UN, length, start, os.SEEK_SET)
+        finally:
+            for lock in reversed(self._locks):
+                lock.release()
+
+
+def file_locks(root: str, keys: Iterable[str]) -> WriteLocks:
+    """The locks of ``keys`` of the local folder at ``root``: threads and processes.
 
     Each key maps to one byte of a lock file kept outside the store (under the system's
-    temporary folder, or ``$CUZARR_LOCK_DIR``; :func:`slot_of`), locked with ``fcntl.lockf``:
-    processes on this machine that rewrite the same chunk or shard serialize. Two keys may
-    share a byte (then they serialize needlessly, never incorrectly). Record locks belong to
-    the process, so a byte is taken when the first thread of the process needs it and released
-    after the last; threads exclude each other through :func:`object_locks`. Bytes are taken
-    in ascending order, a run of consecutive bytes per system call. No-op where ``fcntl`` is
-    missing.
+    temporary folder, or ``$CUZARR_LOCK_DIR``; :func:`slot_of`), locked with ``fcntl.lockf``
+    by the one thread of the process that holds the key's stripe. No cross-process part where
+    ``fcntl`` is missing.
     """
     try:
         import fcntl  # noqa: F401
     except ImportError:  # pragma: no cover - not POSIX
-        yield
-        return
-    fd = _lock_file(root)
-    taken: list[_Slot] = []
-    try:
-        _take(fd, _slot_entries(root, keys), taken)
-        yield
-    finally:
-        if taken:
-            _give(fd, taken)
+        return WriteLocks(root, keys, None)
+    return WriteLocks(root, keys, _lock_file(root))
 
 
-@contextmanager
-def write_locks(store: ChunkStore, keys: Iterable[str]) -> Iterator[None]:
-    """Hold the locks of a read-modify-write of ``keys`` in ``store``.
+def write_locks(store: ChunkStore, keys: Iterable[str]) -> WriteLocks:
+    """The locks of a write of ``keys`` in ``store`` (a context manager).
 
-    Per thread in this process always; per process as well for stores that declare a lock
-    folder (:attr:`~cuzarr.stores.base.StoreCaps.lock_root`: local folders).
+    Threads of this process always; processes as well for stores that declare a lock folder
+    (:attr:`~cuzarr.stores.base.StoreCaps.lock_root`: local folders).
     """
-    names = list(keys)
-    with object_locks(store.name, names):
-        root = store.caps.lock_root
-        if root is None:
-            yield
-        else:
-            with file_locks(root, names):
-                yield
+    root = store.caps.lock_root
+    if root is None:
+        return WriteLocks(store.name, keys, None)
+    return file_locks(root, keys)
