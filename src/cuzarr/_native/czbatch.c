@@ -35,7 +35,7 @@ typedef int (*cz_compress_fn)(int, int, size_t, size_t, const void *, void *, si
                               const char *, size_t, int);
 
 /* The ABI version Python checks before using the library (bump on any signature change). */
-int cz_abi_version(void) { return 15; }
+int cz_abi_version(void) { return 16; }
 
 /*
  * Decompress n frames, frame i starting at src + src_offsets[i], into dest + dest_offsets[i]
@@ -568,13 +568,13 @@ typedef size_t (*cz_zstd_compress2_fn)(void *, void *, size_t, const void *, siz
  * caller encodes it the general way, which names the problem. Returns how many were not
  * written, -1 for arguments it refuses (nothing done).
  */
-int64_t cz_put_boxes(int64_t n, const char *paths, const char *tag, int64_t first,
-                     const char *suffix, const int64_t *sources, int32_t ndim,
-                     const int64_t *extent, const int64_t *src_strides, int64_t itemsize,
-                     int32_t kind, const int64_t *fns, const int64_t *args, const char *cname,
-                     uint8_t *scratch, int64_t scratch_size, uint8_t *packed,
-                     int64_t packed_size, int32_t exchange, int64_t exchange_min,
-                     int32_t *status)
+static int64_t put_boxes(int64_t n, const char *paths, const char *tag, int64_t first,
+                         const char *suffix, const int64_t *sources, int32_t ndim,
+                         const int64_t *extent, const int64_t *src_strides, int64_t itemsize,
+                         int32_t kind, const int64_t *fns, const int64_t *args,
+                         const char *cname, uint8_t *scratch, int64_t scratch_size,
+                         uint8_t *packed, int64_t packed_size, int32_t exchange,
+                         int64_t exchange_min, int64_t *status)
 {
     if (ndim < 1 || ndim > CZ_MAX_DIMS || itemsize < 1 || kind < CZ_STORE || kind > CZ_ZSTD) {
         return -1;
@@ -647,4 +647,41 @@ int64_t cz_put_boxes(int64_t n, const char *paths, const char *tag, int64_t firs
         failed += r < 0;
     }
     return failed;
+}
+
+/* cz_put_boxes' block: its integer arguments, then its arrays, one int64 each. */
+enum {
+    CZ_PB_N, CZ_PB_FIRST, CZ_PB_NDIM, CZ_PB_ITEMSIZE, CZ_PB_KIND, CZ_PB_EXCHANGE,
+    CZ_PB_EXCHANGE_MIN, CZ_PB_SCRATCH, CZ_PB_SCRATCH_SIZE, CZ_PB_PACKED, CZ_PB_PACKED_SIZE,
+    CZ_PB_TAG, CZ_PB_SUFFIX, CZ_PB_CNAME, CZ_PB_NFNS, CZ_PB_NARGS, CZ_PB_HEAD
+};
+
+/*
+ * put_boxes above with its arguments in one block (ctypes converts each argument of a call:
+ * 21 cost ~70 us after the caches were flushed, a small write's Python budget). block holds
+ * the CZ_PB_* integers, then sources[n], extent[ndim], src_strides[ndim], fns[nfns],
+ * args[nargs], and n status words the call fills in. strings holds the n paths, each ended
+ * by a NUL byte, from its start; tag, suffix and cname are NUL-ended at the offsets the block
+ * gives. Returns put_boxes' value (-1: arguments refused, nothing done).
+ */
+int64_t cz_put_boxes(int64_t *block, const char *strings)
+{
+    int64_t n = block[CZ_PB_N], ndim = block[CZ_PB_NDIM];
+    if (n < 0 || ndim < 1 || ndim > CZ_MAX_DIMS || block[CZ_PB_NFNS] < 0 ||
+        block[CZ_PB_NARGS] < 0 || block[CZ_PB_EXCHANGE] < 0 || block[CZ_PB_EXCHANGE] > 1) {
+        return -1;
+    }
+    const int64_t *sources = block + CZ_PB_HEAD;
+    const int64_t *extent = sources + n;
+    const int64_t *strides = extent + ndim;
+    const int64_t *fns = strides + ndim;
+    const int64_t *args = fns + block[CZ_PB_NFNS];
+    int64_t *status = (int64_t *)(args + block[CZ_PB_NARGS]);
+    return put_boxes(n, strings, strings + block[CZ_PB_TAG], block[CZ_PB_FIRST],
+                     strings + block[CZ_PB_SUFFIX], sources, (int32_t)ndim, extent, strides,
+                     block[CZ_PB_ITEMSIZE], (int32_t)block[CZ_PB_KIND], fns, args,
+                     strings + block[CZ_PB_CNAME], (uint8_t *)(intptr_t)block[CZ_PB_SCRATCH],
+                     block[CZ_PB_SCRATCH_SIZE], (uint8_t *)(intptr_t)block[CZ_PB_PACKED],
+                     block[CZ_PB_PACKED_SIZE], (int32_t)block[CZ_PB_EXCHANGE],
+                     block[CZ_PB_EXCHANGE_MIN], status);
 }
