@@ -199,6 +199,29 @@ def test_writes_broadcast_and_convert(local_array: Any) -> None:
         a[0:2, 0:2] = np.arange(3)
 
 
+def test_the_engine_gets_a_read_only_view_of_a_value_of_the_selections_shape(
+    local_array: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, model, _ = local_array
+    seen: list[np.ndarray] = []
+    real = type(a._engine).write
+
+    def spy(self: Any, store: Any, requests: Any, value: Any, *args: Any, **kw: Any) -> None:
+        seen.append(value)
+        real(self, store, requests, value, *args, **kw)
+
+    monkeypatch.setattr(type(a._engine), "write", spy)
+    value = np.arange(3 * 7, dtype=model.dtype).reshape(3, 7) + 1
+    a[1:4, :] = value  # the shape already: no broadcast
+    a[4:6, :] = value[0]  # broadcast
+    assert [v.shape for v in seen] == [(3, 7), (2, 7)]
+    assert all(not v.flags.writeable for v in seen)
+    assert np.shares_memory(seen[0], value) and value.flags.writeable  # no copy; caller's stays
+    model[1:4, :] = value
+    model[4:6, :] = value[0]
+    assert_same_array(a[...], model)
+
+
 def test_write_empty_chunks_option(tmp_path: Path) -> None:
     a = cuzarr.create(tmp_path / "a.zarr", shape=(8,), chunks=(4,), dtype="i4", fill_value=0)
     a[...] = 0
