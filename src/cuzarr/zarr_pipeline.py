@@ -325,7 +325,7 @@ class Pipeline(CodecPipeline):
         call = functools.partial(
             engine.read, chunk_store, requests, out_array, tuple(drop_axes), coalescing=coalescing
         )
-        if _inline_read(engine, chunk_store.caps.remote, requests):
+        if _inline_read(engine, chunk_store.caps, requests):
             present = call()
         else:
             present = await asyncio.to_thread(call)
@@ -381,7 +381,7 @@ def _loop_is_free() -> bool:
     return compat.is_zarr_io_loop(loop) and len(asyncio.all_tasks(loop)) <= 1
 
 
-def _inline_read(engine: ArrayEngine, remote: bool, requests: list[ChunkRequest]) -> bool:
+def _inline_read(engine: ArrayEngine, caps: StoreCaps, requests: list[ChunkRequest]) -> bool:
     """Whether a read is small enough to run on the event loop (:data:`INLINE_READ_MAX_BYTES`).
 
     One request on the CPU, from a store that is neither remote nor used through zarr's async
@@ -389,7 +389,7 @@ def _inline_read(engine: ArrayEngine, remote: bool, requests: list[ChunkRequest]
     :data:`INLINE_READ_MAX_BYTES` (:func:`_decoded_bytes`), with no other task on the loop
     (:func:`_loop_is_free`).
     """
-    if len(requests) != 1 or remote or engine.backend.name != "cpu":
+    if len(requests) != 1 or caps.remote or engine.backend.name != "cpu":
         return False
     nbytes = _decoded_bytes(engine, requests[0])
     return nbytes is not None and nbytes <= INLINE_READ_MAX_BYTES and _loop_is_free()
