@@ -34,7 +34,7 @@ def compile_helper(root: Path) -> str | None:
             return "no C compiler found ($CC, cc)"
     out = root / LIBRARY
     tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    cmd = [*cc, "-O2", "-std=c99", "-Wall", "-Werror", "-shared", "-fPIC",
+    cmd = [*cc, "-O2", "-std=c99", "-pthread", "-Wall", "-Werror", "-shared", "-fPIC",
            "-o", str(tmp), str(root / SOURCE)]
     try:
         subprocess.run(cmd, check=True, capture_output=True, text=True)

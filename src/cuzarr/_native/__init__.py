@@ -27,6 +27,7 @@ __all__ = [
     "ABI_VERSION",
     "BLOSC",
     "LIBRARY",
+    "MAX_HELPERS",
     "NOT_ENCODED",
     "ZSTD",
     "Compressor",
@@ -45,7 +46,7 @@ __all__ = [
 
 LIBRARY = Path(__file__).with_name("libczbatch.so")
 #: The helper's ``cz_abi_version()``: a library built from another source is not used.
-ABI_VERSION = 16
+ABI_VERSION = 17
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -267,6 +268,9 @@ def put_files(
 #: ``put_boxes`` status of a box the compressor refused (nothing written).
 NOT_ENCODED = -(1 << 20)
 
+#: Most helper threads one :func:`put_boxes` call takes (``czbatch.c``'s ``CZ_HELPERS_MAX``).
+MAX_HELPERS = 15
+
 #: Scratch buffers up to this size are kept per thread between calls of :func:`put_boxes`.
 _KEEP_SCRATCH = 16 << 20
 
@@ -304,16 +308,18 @@ class _Scratch(threading.local):
 
 
 def _zstd_functions(functions: tuple[int, ...]) -> tuple[int, ...]:
-    """``cz_put_boxes``' zstd functions: this thread's context, then set, compress, is-error.
+    """``cz_put_boxes``' zstd functions: a context of this thread's, then five of the library.
 
     ``functions`` are :attr:`Compressor.functions` of a zstd compressor: ``ZSTD_createCCtx``,
-    ``ZSTD_freeCCtx``, ``ZSTD_CCtx_setParameter``, ``ZSTD_compress2``, ``ZSTD_isError``.
+    ``ZSTD_freeCCtx``, ``ZSTD_CCtx_setParameter``, ``ZSTD_compress2``, ``ZSTD_isError``. C gets
+    the context, set, compress, is-error, then create and free (its helper threads make their
+    own contexts of that library).
     """
     create, free, *rest = functions
     context = _scratch.zstd.get(create)
     if context is None:
         context = _scratch.zstd[create] = _ZstdContext(create, free)
-    return (context.pointer, *rest)
+    return (context.pointer, *rest, create, free)
 
 
 _scratch = _Scratch()
@@ -386,6 +392,7 @@ def put_boxes(
     suffix: bytes,
     exchange: bool,
     exchange_min: int,
+    helpers: int = 0,
 ) -> list[int]:
     """Encode the boxes ``array[starts[i] : starts[i] + extent]`` and write each to ``paths[i]``.
 
@@ -399,6 +406,9 @@ def put_boxes(
     and one string of the NUL-ended names. This runs once per write of a few small chunks,
     where NumPy's per-call overhead was a quarter of the Python work and ctypes' conversion
     of 21 arguments cost ~7 us warm, ~70 us after the caches were flushed (two: ~2 and ~25).
+    Up to ``helpers`` (at most :data:`MAX_HELPERS`) of the helper library's own threads take
+    boxes alongside the calling thread (``cz_pool`` in ``czbatch.c``: they wake without the
+    GIL); the files written are the same.
 
     Raises
     ------
@@ -412,6 +422,8 @@ def put_boxes(
     ndim = array.ndim
     if len(starts) != n or len(extent) != ndim or ndim < 1 or array.dtype.hasobject:
         raise ValueError("put_boxes: one start per path, an extent per axis, no object dtype")
+    if not 0 <= helpers <= MAX_HELPERS:
+        raise ValueError(f"put_boxes: helpers must be 0-{MAX_HELPERS}, got {helpers}")
     if not n:
         return []
     box = [int(e) for e in extent]
@@ -447,7 +459,7 @@ def put_boxes(
     block = array_module.array("q", [
         n, first, ndim, array.itemsize, c.kind if c else 0, int(exchange), exchange_min,
         scratch[1], scratch[2], packed[1], packed[2], at_tag, at_suffix,
-        at_suffix + len(suffix) + 1, len(functions), len(args),
+        at_suffix + len(suffix) + 1, len(functions), len(args), helpers,
         *sources, *box, *strides, *functions, *args, *bytes(n),
     ])  # fmt: skip
     if lib.cz_put_boxes(block.buffer_info()[0], strings) < 0:

@@ -5,14 +5,17 @@
  * It holds no codec. The codec functions are passed in as pointers: c-blosc's thread-safe
  * entry points (blosc_decompress_ctx, blosc_compress_ctx) and libzstd's decoder
  * (ZSTD_createDCtx, ZSTD_decompressDCtx, ...) as exported by the libraries numcodecs ships, looked up by
- * cuzarr.codecs.blosc_batch and cuzarr.codecs.zstd_batch. Plain C99, no Python headers: it is
- * loaded with ctypes, so one build serves every Python version.
+ * cuzarr.codecs.blosc_batch and cuzarr.codecs.zstd_batch. C99 with POSIX threads and the
+ * __atomic builtins of GCC and Clang, no Python headers: it is loaded with ctypes, so one build
+ * serves every Python version.
  *
- * Built by hatch_build.py when cuzarr is installed (cc -O2 -shared -fPIC).
+ * Built by hatch_build.py when cuzarr is installed (cc -O2 -std=c99 -pthread -shared -fPIC).
  */
 #define _GNU_SOURCE /* open's O_CLOEXEC and syscall() under -std=c99 */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,7 +38,7 @@ typedef int (*cz_compress_fn)(int, int, size_t, size_t, const void *, void *, si
                               const char *, size_t, int);
 
 /* The ABI version Python checks before using the library (bump on any signature change). */
-int cz_abi_version(void) { return 16; }
+int cz_abi_version(void) { return 17; }
 
 /*
  * Decompress n frames, frame i starting at src + src_offsets[i], into dest + dest_offsets[i]
@@ -551,6 +554,301 @@ int64_t cz_put_files(int64_t n, const char *paths, const char *tag, int64_t firs
 typedef size_t (*cz_zstd_set_fn)(void *, int, int);
 typedef size_t (*cz_zstd_compress2_fn)(void *, void *, size_t, const void *, size_t);
 
+/* One put_boxes call: its boxes, shared by the calling thread and the helpers it is lent. */
+typedef struct {
+    int64_t n;                  /* boxes */
+    const char *const *paths;   /* each box's path */
+    const char *tag, *suffix;   /* of the temporary names (cz_temp_name) */
+    int64_t first;
+    const int64_t *sources;     /* each box's first element */
+    int32_t ndim;
+    const int64_t *extent, *src_strides, *box_strides;
+    int64_t itemsize, nbytes;   /* of an element, of a box */
+    int c_order;                /* every box is one contiguous run (no copy) */
+    int32_t kind;               /* CZ_STORE, CZ_BLOSC, CZ_ZSTD */
+    const int64_t *fns, *args;
+    const char *cname;
+    int64_t packed_size;        /* room for one compressed box */
+    int32_t exchange;
+    int64_t exchange_min;
+    int64_t *status;
+    int64_t next;               /* the next box to take (__atomic) */
+    int64_t failed;             /* boxes not written (__atomic) */
+} cz_boxes;
+
+/* A thread's memory for cz_boxes_run: a box in C order, a compressed box, a zstd context. */
+typedef struct {
+    uint8_t *scratch;
+    uint8_t *packed;
+    void *cctx;
+} cz_tools;
+
+/* Set a zstd context to numcodecs' parameters for job: 0, else -1. */
+static int cz_zstd_prepare(const cz_boxes *job, void *cctx)
+{
+    cz_zstd_set_fn set = (cz_zstd_set_fn)(intptr_t)job->fns[1];
+    cz_zstd_iserror_fn iserror = (cz_zstd_iserror_fn)(intptr_t)job->fns[3];
+    if (cctx == NULL || iserror(set(cctx, CZ_ZSTD_LEVEL, (int)job->args[0])) ||
+        iserror(set(cctx, CZ_ZSTD_CHECKSUM, (int)job->args[1]))) {
+        return -1;
+    }
+    return 0;
+}
+
+/* Encode and write box i of job with the memory t: its status (see put_boxes). */
+static int64_t cz_box(const cz_boxes *job, const cz_tools *t, int64_t i, char *tmp,
+                      int32_t *exchange)
+{
+    const uint8_t *data = (const uint8_t *)(intptr_t)job->sources[i];
+    int64_t size = job->nbytes;
+    if (!job->c_order) {
+        cz_copy_strided(data, job->src_strides, t->scratch, job->box_strides, job->ndim,
+                        job->itemsize, job->extent, 0);
+        data = t->scratch;
+    }
+    if (job->kind == CZ_BLOSC) {
+        const int64_t *args = job->args;
+        int got = ((cz_compress_fn)(intptr_t)job->fns[0])(
+            (int)args[0], (int)args[1], (size_t)args[2], (size_t)size, data, t->packed,
+            (size_t)(size + 16), job->cname, (size_t)args[3], 1);
+        if (got <= 0) {
+            return CZ_NOT_ENCODED;
+        }
+        data = t->packed;
+        size = got;
+    } else if (job->kind == CZ_ZSTD) {
+        size_t got = ((cz_zstd_compress2_fn)(intptr_t)job->fns[2])(
+            t->cctx, t->packed, (size_t)job->packed_size, data, (size_t)size);
+        if (((cz_zstd_iserror_fn)(intptr_t)job->fns[3])(got)) {
+            return CZ_NOT_ENCODED;
+        }
+        data = t->packed;
+        size = (int64_t)got;
+    }
+    int32_t r = cz_temp_name(tmp, job->paths[i], job->tag, job->first + i, job->suffix);
+    if (r == 0) {
+        r = cz_put_one(job->paths[i], tmp, data, size, exchange, job->exchange_min);
+    }
+    return r;
+}
+
+/* Take boxes of job one at a time until none is left, encoding and writing each with t. */
+static void cz_boxes_run(cz_boxes *job, const cz_tools *t)
+{
+    char tmp[CZ_NAME_MAX];
+    int32_t exchange = job->exchange; /* a refusal to swap stops this thread's swaps */
+    int64_t failed = 0;
+    for (;;) {
+        int64_t i = __atomic_fetch_add(&job->next, 1, __ATOMIC_RELAXED);
+        if (i >= job->n) {
+            break;
+        }
+        int64_t r = cz_box(job, t, i, tmp, &exchange);
+        job->status[i] = r;
+        failed += r < 0;
+    }
+    __atomic_fetch_add(&job->failed, failed, __ATOMIC_RELAXED);
+}
+
+/*
+ * The helpers: threads of this library that take boxes of a put_boxes call alongside its
+ * caller, so a small write uses the threads it is allowed without the wake-up of a Python
+ * thread (which must also take the GIL: measured 250-500 us late on a 2-core VM, a condition
+ * variable here ~25 us). Made on first use, up to CZ_HELPERS_MAX, and kept (asleep) for the
+ * process; one call at a time is helped (a call finding them busy runs alone). A call never
+ * waits for a helper to wake: it closes its job when its boxes are taken and waits only for
+ * the helpers that took a seat, each finishing the box it holds. Helpers block every signal
+ * (they go to the process's own threads) and are forgotten in a forked child (pthread_atfork).
+ */
+#define CZ_HELPERS_MAX 15
+
+/* Helper memory kept between calls up to this size (as _native's _KEEP_SCRATCH). */
+#define CZ_KEEP_SCRATCH ((int64_t)16 << 20)
+
+typedef struct {
+    cz_tools tools;
+    int64_t scratch_size, packed_size;
+    cz_zstd_create_fn create; /* the library that made tools.cctx, and its free */
+    cz_zstd_free_fn release;
+} cz_helper;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t wake; /* a job has open seats */
+    pthread_cond_t done; /* the last seated helper left */
+    cz_boxes *job;       /* the open job, or NULL */
+    int seats;           /* helpers the open job may still take */
+    int active;          /* helpers working on a job */
+    int started;
+    cz_helper helpers[CZ_HELPERS_MAX];
+} cz_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+static pthread_once_t cz_pool_once = PTHREAD_ONCE_INIT;
+
+static void cz_pool_prepare(void) { pthread_mutex_lock(&cz_pool.mu); }
+
+static void cz_pool_parent(void) { pthread_mutex_unlock(&cz_pool.mu); }
+
+/* In a forked child: no helper runs there; their memory is freed, the pool starts over. */
+static void cz_pool_child(void)
+{
+    for (int k = 0; k < cz_pool.started; k++) {
+        cz_helper *h = &cz_pool.helpers[k];
+        free(h->tools.scratch);
+        free(h->tools.packed);
+        if (h->tools.cctx != NULL) {
+            h->release(h->tools.cctx);
+        }
+        memset(h, 0, sizeof *h);
+    }
+    cz_pool.job = NULL;
+    cz_pool.seats = cz_pool.active = cz_pool.started = 0;
+    pthread_mutex_init(&cz_pool.mu, NULL);
+    pthread_cond_init(&cz_pool.wake, NULL);
+    pthread_cond_init(&cz_pool.done, NULL);
+}
+
+static void cz_pool_init(void) { pthread_atfork(cz_pool_prepare, cz_pool_parent, cz_pool_child); }
+
+/* Room of at least size bytes at *buf (holding *have): 0, else -1 (*buf unchanged). */
+static int cz_room(uint8_t **buf, int64_t *have, int64_t size)
+{
+    if (*have >= size) {
+        return 0;
+    }
+    uint8_t *got = malloc((size_t)(size > 0 ? size : 1));
+    if (got == NULL) {
+        return -1;
+    }
+    free(*buf);
+    *buf = got;
+    *have = size;
+    return 0;
+}
+
+/* Make h ready for job (memory, a zstd context of job's library): 0, else -1. */
+static int cz_helper_ready(cz_helper *h, const cz_boxes *job)
+{
+    if ((!job->c_order && cz_room(&h->tools.scratch, &h->scratch_size, job->nbytes) != 0) ||
+        (job->kind != CZ_STORE && cz_room(&h->tools.packed, &h->packed_size, job->packed_size))) {
+        return -1;
+    }
+    if (job->kind != CZ_ZSTD) {
+        return 0;
+    }
+    cz_zstd_create_fn create = (cz_zstd_create_fn)(intptr_t)job->fns[4];
+    if (h->create != create) {
+        if (h->tools.cctx != NULL) {
+            h->release(h->tools.cctx);
+        }
+        h->tools.cctx = create();
+        h->create = h->tools.cctx != NULL ? create : NULL;
+        h->release = (cz_zstd_free_fn)(intptr_t)job->fns[5];
+    }
+    return cz_zstd_prepare(job, h->tools.cctx);
+}
+
+/* Let go of memory above CZ_KEEP_SCRATCH after a job. */
+static void cz_helper_trim(cz_helper *h)
+{
+    if (h->scratch_size > CZ_KEEP_SCRATCH) {
+        free(h->tools.scratch);
+        h->tools.scratch = NULL;
+        h->scratch_size = 0;
+    }
+    if (h->packed_size > CZ_KEEP_SCRATCH) {
+        free(h->tools.packed);
+        h->tools.packed = NULL;
+        h->packed_size = 0;
+    }
+}
+
+static void *cz_helper_main(void *arg)
+{
+    cz_helper *h = arg;
+    pthread_mutex_lock(&cz_pool.mu);
+    for (;;) {
+        while (cz_pool.job == NULL || cz_pool.seats == 0) {
+            pthread_cond_wait(&cz_pool.wake, &cz_pool.mu);
+        }
+        cz_boxes *job = cz_pool.job;
+        cz_pool.seats--;
+        cz_pool.active++;
+        pthread_mutex_unlock(&cz_pool.mu);
+        if (cz_helper_ready(h, job) == 0) {
+            cz_boxes_run(job, &h->tools);
+        }
+        cz_helper_trim(h);
+        pthread_mutex_lock(&cz_pool.mu);
+        if (--cz_pool.active == 0) {
+            pthread_cond_signal(&cz_pool.done);
+        }
+    }
+    return NULL;
+}
+
+/* Open job to up to want helpers (made as needed): how many were called (0: runs alone). */
+static int cz_pool_open(cz_boxes *job, int want)
+{
+    if (want <= 0) {
+        return 0;
+    }
+    if (want > CZ_HELPERS_MAX) {
+        want = CZ_HELPERS_MAX;
+    }
+    pthread_once(&cz_pool_once, cz_pool_init);
+    pthread_mutex_lock(&cz_pool.mu);
+    if (cz_pool.job != NULL) {
+        pthread_mutex_unlock(&cz_pool.mu);
+        return 0;
+    }
+    if (cz_pool.started < want) {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old); /* inherited by the new threads */
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        while (cz_pool.started < want) {
+            pthread_t thread;
+            if (pthread_create(&thread, &attr, cz_helper_main,
+                               &cz_pool.helpers[cz_pool.started]) != 0) {
+                break;
+            }
+            cz_pool.started++;
+        }
+        pthread_attr_destroy(&attr);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (want > cz_pool.started) {
+            want = cz_pool.started;
+        }
+    }
+    if (want > 0) {
+        cz_pool.job = job;
+        cz_pool.seats = want;
+        for (int k = 0; k < want; k++) {
+            pthread_cond_signal(&cz_pool.wake);
+        }
+    }
+    pthread_mutex_unlock(&cz_pool.mu);
+    return want;
+}
+
+/* Close job (no helper takes a seat after this) and wait for the seated ones to finish. */
+static void cz_pool_close(void)
+{
+    pthread_mutex_lock(&cz_pool.mu);
+    cz_pool.job = NULL;
+    cz_pool.seats = 0;
+    while (cz_pool.active > 0) {
+        pthread_cond_wait(&cz_pool.done, &cz_pool.mu);
+    }
+    pthread_mutex_unlock(&cz_pool.mu);
+}
+
+/* Most paths put_boxes keeps on its stack (more: one allocation). */
+#define CZ_STACK_PATHS 64
+
 /*
  * Encode n boxes of an array and write each to its file atomically, in one call: per box, a
  * copy into C order (cz_copy_strided: the box's first element at the address sources[i], extent
@@ -564,19 +862,23 @@ typedef size_t (*cz_zstd_compress2_fn)(void *, void *, size_t, const void *, siz
  * ZSTD_compressBound(nbytes) (then the frame does not depend on the room). The zstd frames are
  * numcodecs' (a context with its two parameters set, ZSTD_compress2): the caller's context, one
  * per thread reused from call to call (a new one per call allocates its workspace again: 13 %
- * of a write of 8 KiB chunks). A box the compressor refuses gets status CZ_NOT_ENCODED: the
- * caller encodes it the general way, which names the problem. Returns how many were not
- * written, -1 for arguments it refuses (nothing done).
+ * of a write of 8 KiB chunks); fns for zstd are {that context, ZSTD_CCtx_setParameter,
+ * ZSTD_compress2, ZSTD_isError, ZSTD_createCCtx, ZSTD_freeCCtx}. A box the compressor refuses
+ * gets status CZ_NOT_ENCODED: the caller encodes it the general way, which names the problem.
+ * Up to helpers of this library's helper threads take boxes too (see cz_pool); the boxes are
+ * the same whichever thread writes them. Returns how many were not written, -1 for arguments
+ * it refuses (nothing done).
  */
 static int64_t put_boxes(int64_t n, const char *paths, const char *tag, int64_t first,
                          const char *suffix, const int64_t *sources, int32_t ndim,
                          const int64_t *extent, const int64_t *src_strides, int64_t itemsize,
-                         int32_t kind, const int64_t *fns, const int64_t *args,
+                         int32_t kind, const int64_t *fns, int64_t nfns, const int64_t *args,
                          const char *cname, uint8_t *scratch, int64_t scratch_size,
                          uint8_t *packed, int64_t packed_size, int32_t exchange,
-                         int64_t exchange_min, int64_t *status)
+                         int64_t exchange_min, int32_t helpers, int64_t *status)
 {
-    if (ndim < 1 || ndim > CZ_MAX_DIMS || itemsize < 1 || kind < CZ_STORE || kind > CZ_ZSTD) {
+    if (ndim < 1 || ndim > CZ_MAX_DIMS || itemsize < 1 || kind < CZ_STORE || kind > CZ_ZSTD ||
+        (kind == CZ_ZSTD && nfns < 6) || (kind == CZ_BLOSC && nfns < 1) || helpers < 0) {
         return -1;
     }
     int64_t nbytes = itemsize;
@@ -593,67 +895,46 @@ static int64_t put_boxes(int64_t n, const char *paths, const char *tag, int64_t 
     if (scratch_size < nbytes || (kind == CZ_BLOSC && packed_size < nbytes + 16)) {
         return -1;
     }
-    void *cctx = NULL;
-    cz_zstd_iserror_fn iserror = NULL;
-    if (kind == CZ_ZSTD) {
-        cz_zstd_set_fn set = (cz_zstd_set_fn)(intptr_t)fns[1];
-        cctx = (void *)(intptr_t)fns[0];
-        iserror = (cz_zstd_iserror_fn)(intptr_t)fns[3];
-        if (cctx == NULL || iserror(set(cctx, CZ_ZSTD_LEVEL, (int)args[0])) ||
-            iserror(set(cctx, CZ_ZSTD_CHECKSUM, (int)args[1]))) {
-            return -1;
-        }
+    cz_boxes job = {
+        .n = n, .tag = tag, .suffix = suffix, .first = first, .sources = sources, .ndim = ndim,
+        .extent = extent, .src_strides = src_strides, .itemsize = itemsize, .nbytes = nbytes,
+        .c_order = c_order, .kind = kind, .fns = fns, .args = args, .cname = cname,
+        .packed_size = packed_size, .exchange = exchange, .exchange_min = exchange_min,
+        .status = status,
+    };
+    cz_tools mine = {scratch, packed, kind == CZ_ZSTD ? (void *)(intptr_t)fns[0] : NULL};
+    if (kind == CZ_ZSTD && cz_zstd_prepare(&job, mine.cctx) != 0) {
+        return -1;
     }
     int64_t box_strides[CZ_MAX_DIMS];
     cz_c_strides(extent, ndim, itemsize, box_strides);
-    char tmp[CZ_NAME_MAX];
-    int64_t failed = 0;
+    job.box_strides = box_strides;
+    const char *on_stack[CZ_STACK_PATHS];
+    const char **names = n <= CZ_STACK_PATHS ? on_stack : malloc((size_t)n * sizeof *names);
+    if (names == NULL) {
+        return -1;
+    }
     const char *path = paths;
     for (int64_t i = 0; i < n; i++, path += strlen(path) + 1) {
-        const uint8_t *src = (const uint8_t *)(intptr_t)sources[i];
-        const uint8_t *data = src;
-        int64_t size = nbytes;
-        if (!c_order) {
-            cz_copy_strided(src, src_strides, scratch, box_strides, ndim, itemsize, extent, 0);
-            data = scratch;
-        }
-        if (kind == CZ_BLOSC) {
-            int got = ((cz_compress_fn)(intptr_t)fns[0])(
-                (int)args[0], (int)args[1], (size_t)args[2], (size_t)nbytes, data, packed,
-                (size_t)(nbytes + 16), cname, (size_t)args[3], 1);
-            if (got <= 0) {
-                status[i] = CZ_NOT_ENCODED;
-                failed++;
-                continue;
-            }
-            data = packed;
-            size = got;
-        } else if (kind == CZ_ZSTD) {
-            size_t got = ((cz_zstd_compress2_fn)(intptr_t)fns[2])(
-                cctx, packed, (size_t)packed_size, data, (size_t)nbytes);
-            if (iserror(got)) {
-                status[i] = CZ_NOT_ENCODED;
-                failed++;
-                continue;
-            }
-            data = packed;
-            size = (int64_t)got;
-        }
-        int32_t r = cz_temp_name(tmp, path, tag, first + i, suffix);
-        if (r == 0) {
-            r = cz_put_one(path, tmp, data, size, &exchange, exchange_min);
-        }
-        status[i] = r;
-        failed += r < 0;
+        names[i] = path;
     }
-    return failed;
+    job.paths = names;
+    int called = cz_pool_open(&job, n > 1 ? (int)(helpers < n - 1 ? helpers : n - 1) : 0);
+    cz_boxes_run(&job, &mine);
+    if (called) {
+        cz_pool_close();
+    }
+    if (names != on_stack) {
+        free(names);
+    }
+    return job.failed;
 }
 
 /* cz_put_boxes' block: its integer arguments, then its arrays, one int64 each. */
 enum {
     CZ_PB_N, CZ_PB_FIRST, CZ_PB_NDIM, CZ_PB_ITEMSIZE, CZ_PB_KIND, CZ_PB_EXCHANGE,
     CZ_PB_EXCHANGE_MIN, CZ_PB_SCRATCH, CZ_PB_SCRATCH_SIZE, CZ_PB_PACKED, CZ_PB_PACKED_SIZE,
-    CZ_PB_TAG, CZ_PB_SUFFIX, CZ_PB_CNAME, CZ_PB_NFNS, CZ_PB_NARGS, CZ_PB_HEAD
+    CZ_PB_TAG, CZ_PB_SUFFIX, CZ_PB_CNAME, CZ_PB_NFNS, CZ_PB_NARGS, CZ_PB_HELPERS, CZ_PB_HEAD
 };
 
 /*
@@ -668,7 +949,8 @@ int64_t cz_put_boxes(int64_t *block, const char *strings)
 {
     int64_t n = block[CZ_PB_N], ndim = block[CZ_PB_NDIM];
     if (n < 0 || ndim < 1 || ndim > CZ_MAX_DIMS || block[CZ_PB_NFNS] < 0 ||
-        block[CZ_PB_NARGS] < 0 || block[CZ_PB_EXCHANGE] < 0 || block[CZ_PB_EXCHANGE] > 1) {
+        block[CZ_PB_NARGS] < 0 || block[CZ_PB_EXCHANGE] < 0 || block[CZ_PB_EXCHANGE] > 1 ||
+        block[CZ_PB_HELPERS] < 0 || block[CZ_PB_HELPERS] > CZ_HELPERS_MAX) {
         return -1;
     }
     const int64_t *sources = block + CZ_PB_HEAD;
@@ -679,9 +961,9 @@ int64_t cz_put_boxes(int64_t *block, const char *strings)
     int64_t *status = (int64_t *)(args + block[CZ_PB_NARGS]);
     return put_boxes(n, strings, strings + block[CZ_PB_TAG], block[CZ_PB_FIRST],
                      strings + block[CZ_PB_SUFFIX], sources, (int32_t)ndim, extent, strides,
-                     block[CZ_PB_ITEMSIZE], (int32_t)block[CZ_PB_KIND], fns, args,
+                     block[CZ_PB_ITEMSIZE], (int32_t)block[CZ_PB_KIND], fns, block[CZ_PB_NFNS], args,
                      strings + block[CZ_PB_CNAME], (uint8_t *)(intptr_t)block[CZ_PB_SCRATCH],
                      block[CZ_PB_SCRATCH_SIZE], (uint8_t *)(intptr_t)block[CZ_PB_PACKED],
                      block[CZ_PB_PACKED_SIZE], (int32_t)block[CZ_PB_EXCHANGE],
-                     block[CZ_PB_EXCHANGE_MIN], status);
+                     block[CZ_PB_EXCHANGE_MIN], (int32_t)block[CZ_PB_HELPERS], status);
 }

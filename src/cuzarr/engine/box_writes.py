@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from cuzarr._native import Compressor
+from cuzarr._native import MAX_HELPERS, Compressor
 from cuzarr.backends.base import Batching
 from cuzarr.codecs import blosc_batch, zstd_batch
 from cuzarr.codecs.chain import ChunkCodec
@@ -83,9 +83,16 @@ def box_plan(ctx: ArrayContext, store: ChunkStore, value: Any) -> BoxPlan | None
 def box_batching(n: int, threads: int) -> Batching:
     """Tasks for a write of ``n`` whole chunks through :func:`put_whole`: several per call.
 
-    One task per thread for small writes (8 chunks of 512 KiB on 2 threads: 1.12-1.35x
-    faster in 2 tasks than in 8), at most :data:`BOX_BATCH` chunks per task.
+    Up to :data:`BOX_BATCH` chunks are one task, on the calling thread, whose call into C
+    takes the engine's other threads as the batch helper's own (``helpers`` of
+    :func:`put_whole`: they wake without the GIL). Measured tree against tree, one process,
+    2 threads, against one task per thread: 8 chunks of 512 KiB 1.18x (zstd), 1.08x (blosc
+    lz4), 1.04x (raw), 1.04-1.06x (blosc zstd); 4 of 1 MiB 1.07x (and one task per thread
+    was 1.12-1.35x faster than a task per chunk). More chunks: one task per thread, at most
+    :data:`BOX_BATCH` chunks each.
     """
+    if n <= BOX_BATCH:
+        return Batching(size=max(n, 1), parallel=True)
     return Batching(size=max(1, min(BOX_BATCH, -(-n // max(1, threads)))), parallel=True)
 
 
@@ -109,11 +116,13 @@ def put_whole(
     whole: Sequence[ChunkRequest],
     value: Any,
     write_empty_chunks: bool,
+    helpers: int = 0,
 ) -> list[ChunkRequest]:
     """Store the chunks ``whole`` (each covered whole by ``value``) under the caller's locks.
 
     Chunks equal to the fill value are deleted (zarr's rule, unless ``write_empty_chunks``);
-    the others are encoded and written by one :meth:`ChunkStore.put_boxes` call. Returns the
+    the others are encoded and written by one :meth:`ChunkStore.put_boxes` call, which may
+    use ``helpers`` threads besides the caller's (:attr:`BoxBatch.helpers`). Returns the
     requests not handled here, for the caller to write the general way.
     """
     backend, fill = ctx.backend, ctx.fill
@@ -130,6 +139,6 @@ def put_whole(
             boxes.append(r)
             starts.append(start)
     if boxes:
-        batch = BoxBatch(value, starts, ctx.codec.shape, plan.compressor)
+        batch = BoxBatch(value, starts, ctx.codec.shape, plan.compressor, min(helpers, MAX_HELPERS))
         left += [boxes[i] for i in store.put_boxes([r.key for r in boxes], batch)]
     return left

@@ -158,13 +158,16 @@ def write_chunks(
     if boxes is not None and batching == EACH and all(id(r) in covered for r in requests):
         batching = box_batching(len(requests), io)
 
+    # A write in one batch runs on the calling thread: the C call may lend it the others.
+    helpers = io - 1 if len(requests) <= batching.size else 0
+
     def run(batch: Sequence[ChunkRequest]) -> None:
         whole = [r for r in batch if id(r) in covered]
         rest = [r for r in batch if id(r) not in covered]
         if whole and boxes is not None:
             # Encoded and stored from the value in one call into C (what it leaves: below).
             with write_locks(store, [r.key for r in whole]):
-                whole = put_whole(ctx, store, boxes, whole, value, write_empty_chunks)
+                whole = put_whole(ctx, store, boxes, whole, value, write_empty_chunks, helpers)
         if whole:
             # Nothing to read: encode outside the lock, store under it.
             blobs = encode_kept([value[r.out_selection] for r in whole])

@@ -128,12 +128,16 @@ class BoxBatch:
     compressor : cuzarr._native.Compressor or None
         c-blosc's or libzstd's encoder and its arguments; ``None``: stored as the C-order
         bytes.
+    helpers : int
+        Threads besides the caller's the store may use for the batch (the batch helper's own,
+        :func:`cuzarr._native.put_boxes`); 0: the calling thread only.
     """
 
     array: npt.NDArray[Any]
     starts: Sequence[tuple[int, ...]]
     extent: tuple[int, ...]
     compressor: Compressor | None
+    helpers: int = 0
 
     @property
     def nbytes(self) -> int:

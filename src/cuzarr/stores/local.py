@@ -451,7 +451,7 @@ class LocalChunkStore(BaseChunkStore):
             assert _put_boxes is not None
             return _put_boxes(
                 names, boxes.array, [boxes.starts[i] for i in which], boxes.extent,
-                boxes.compressor, **how,
+                boxes.compressor, helpers=boxes.helpers, **how,
             )
 
         return self._put_batch(paths, large, write)
