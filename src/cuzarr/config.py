@@ -79,7 +79,9 @@ class Settings:
         Raise :class:`~cuzarr.errors.UnsupportedError` instead of falling back to zarr-python's
         pipeline.
     threads : int or None
-        Worker threads of the CPU engine; ``None`` means one per core.
+        Worker threads of the CPU engine; ``None`` means one per core. A write small enough
+        to run as one task on the calling thread lends its call into the batch helper
+        ``threads - 1`` of that library's own threads instead (they wake without the GIL).
     max_gap : int
         Largest gap in bytes bridged when coalescing byte ranges of one shard on local
         folders and memory, where a read costs microseconds.
