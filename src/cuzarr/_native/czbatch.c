@@ -689,18 +689,14 @@ static void cz_pool_prepare(void) { pthread_mutex_lock(&cz_pool.mu); }
 
 static void cz_pool_parent(void) { pthread_mutex_unlock(&cz_pool.mu); }
 
-/* In a forked child: no helper runs there; their memory is freed, the pool starts over. */
+/*
+ * In a forked child: no helper runs there, and the pool starts over. Their memory is forgotten,
+ * not freed: a helper of the parent may have been between freeing its zstd context and making
+ * the next one when the process forked, and the pages are the parent's, shared until written.
+ */
 static void cz_pool_child(void)
 {
-    for (int k = 0; k < cz_pool.started; k++) {
-        cz_helper *h = &cz_pool.helpers[k];
-        free(h->tools.scratch);
-        free(h->tools.packed);
-        if (h->tools.cctx != NULL) {
-            h->release(h->tools.cctx);
-        }
-        memset(h, 0, sizeof *h);
-    }
+    memset(cz_pool.helpers, 0, sizeof cz_pool.helpers);
     cz_pool.job = NULL;
     cz_pool.seats = cz_pool.active = cz_pool.started = 0;
     pthread_mutex_init(&cz_pool.mu, NULL);
