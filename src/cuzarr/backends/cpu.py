@@ -31,6 +31,7 @@ from cuzarr.backends.base import (
     Op,
     reraise_decode,
 )
+from cuzarr.backends.fill_check import uniform
 from cuzarr.backends.pool import parallel_map
 from cuzarr.codecs import blosc_batch, zstd_batch
 from cuzarr.codecs.base import Buf, as_u8
@@ -541,4 +542,5 @@ class CpuBackend:
                     return False
             except (TypeError, ValueError):
                 pass
-        return compat.all_equal(chunk, fill)
+        decided = uniform(chunk, fill)
+        return compat.all_equal(chunk, fill) if decided is None else decided
