@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ import zarr
 
 import cuzarr
 from cuzarr.testing import assert_same_array, use_pipeline
+from threaded import run_threads
 
 N_THREADS = 16
 SHAPE = (64, 48)
@@ -25,24 +26,7 @@ LAYOUTS: dict[str, dict[str, Any]] = {
 
 
 def _run_threads(target: Callable[[int], None]) -> None:
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(N_THREADS)
-
-    def run(i: int) -> None:
-        try:
-            barrier.wait()
-            target(i)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(N_THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
-    if errors:
-        raise errors[0]
+    run_threads([functools.partial(target, i) for i in range(N_THREADS)], timeout=60)
 
 
 def _store(kind: str, tmp_path: Path) -> Any:

@@ -9,11 +9,11 @@ a write that runs on the calling thread.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,8 @@ from zarr.storage import LocalStore
 import cuzarr
 from cuzarr import _native
 from cuzarr.codecs import blosc_batch, zstd_batch
-from cuzarr.stores import local
+from put_boxes_calls import record_put_boxes
+from threaded import run_threads
 
 pytestmark = pytest.mark.skipif(
     _native.helper() is None, reason=f"batch helper: {_native.unavailable_reason()}"
@@ -106,23 +107,13 @@ def test_callers_on_several_threads_at_once(tmp_path: Path) -> None:
     """One call is helped at a time; the others run alone and all write their files."""
     compressor = COMPRESSORS.get("zstd-numcodecs") or COMPRESSORS["raw"]
     _, want = _put(tmp_path / "want", 12, 0, compressor)
-    errors: list[BaseException] = []
 
     def caller(k: int) -> None:
-        try:
-            for r in range(15):
-                status, files = _put(tmp_path / f"t{k}-{r}", 12, 2, compressor)
-                assert status == [0] * 12 and files == want
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+        for r in range(15):
+            status, files = _put(tmp_path / f"t{k}-{r}", 12, 2, compressor)
+            assert status == [0] * 12 and files == want
 
-    threads = [threading.Thread(target=caller, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors, errors
-    assert not any(t.is_alive() for t in threads)
+    run_threads([functools.partial(caller, k) for k in range(4)])
 
 
 FORKED = textwrap.dedent(
@@ -173,20 +164,6 @@ def test_helpers_out_of_range_are_refused(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
-def _helpers_asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """Record ``(boxes, helpers)`` of every batch the store hands to ``_native.put_boxes``."""
-    asked: list[tuple[int, int]] = []
-    real = local._put_boxes
-    assert real is not None
-
-    def spy(paths: list[bytes], *args: Any, helpers: int = 0, **kw: Any) -> list[int]:
-        asked.append((len(paths), helpers))
-        return real(paths, *args, helpers=helpers, **kw)
-
-    monkeypatch.setattr(local, "_put_boxes", spy)
-    return asked
-
-
 @pytest.mark.parametrize("compressors", ["zstd", "blosc"])
 def test_the_engine_lends_its_other_threads_to_a_write_on_the_calling_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compressors: str
@@ -198,7 +175,8 @@ def test_the_engine_lends_its_other_threads_to_a_write_on_the_calling_thread(
         compressors=codec,
     )
     value = np.arange(64**3, dtype="uint16").reshape(64, 64, 64)
-    asked = _helpers_asked(monkeypatch)
+    seen = record_put_boxes(monkeypatch)
+    asked = seen.calls
     for threads in (1, 2, 4):
         asked.clear()
         arr = cuzarr.open(root, mode="r+", settings=cuzarr.Settings(threads=threads))

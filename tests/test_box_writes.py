@@ -32,6 +32,7 @@ from cuzarr.stores.base import BoxBatch
 from cuzarr.stores.cached import CachedChunkStore, ObjectCache
 from cuzarr.stores.local import TEMP_SUFFIX, LocalChunkStore
 from cuzarr.stores.memory import MemoryChunkStore
+from put_boxes_calls import PutBoxesCalls, record_put_boxes
 
 pytestmark = pytest.mark.skipif(
     _native.helper() is None, reason=f"batch helper: {_native.unavailable_reason()}"
@@ -42,20 +43,6 @@ BLOSC = "zarr.core.codec_pipeline.BatchedCodecPipeline"
 
 def _files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-
-
-def _spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Record the size of every batch the store hands to ``_native.put_boxes``."""
-    sizes: list[int] = []
-    real = local._put_boxes
-    assert real is not None
-
-    def spy(paths: list[bytes], *args: Any, **kw: Any) -> list[int]:
-        sizes.append(len(paths))
-        return real(paths, *args, **kw)
-
-    monkeypatch.setattr(local, "_put_boxes", spy)
-    return sizes
 
 
 def _write_both(
@@ -71,7 +58,7 @@ def _write_both(
 ) -> tuple[dict[str, bytes], dict[str, bytes], list[int]]:
     """Write ``value`` at ``region`` with the C path and with the general one: both stores."""
     out = []
-    sizes: list[int] = []
+    seen = PutBoxesCalls()
     for name in ("box", "general"):
         root = tmp_path / name
         zarr.create_array(
@@ -80,13 +67,13 @@ def _write_both(
         )
         with monkeypatch.context() as m:
             if name == "box":
-                sizes = _spy(m)
+                seen = record_put_boxes(m)
             else:
                 m.setattr(write, "box_plan", lambda *a: None)
             arr = cuzarr.open(root, mode="r+", settings=cuzarr.Settings(threads=2))
             arr[region] = value
         out.append(_files(root))
-    return out[0], out[1], sizes
+    return out[0], out[1], seen.sizes
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "int16", "float32", "complex128"])
@@ -142,12 +129,12 @@ def test_zstd_chunks_are_the_general_paths_frames_byte_for_byte(
             zarr_format=zarr_format, fill_value=0, **codecs,
         )
         with monkeypatch.context() as m:
-            sizes = _spy(m)
+            seen = record_put_boxes(m)
             if name == "general":
                 m.setattr(write, "box_plan", lambda *a: None)
             settings = cuzarr.Settings(threads=2, zstd_encoder=encoder)
             cuzarr.open(root, mode="r+", settings=settings)[...] = value
-            assert (sum(sizes) == 8) == (name == "box" and taken)
+            assert (sum(seen.sizes) == 8) == (name == "box" and taken)
     assert _files(tmp_path / "box") == _files(tmp_path / "general")
     with zarr.config.set({"codec_pipeline.path": BLOSC}):
         np.testing.assert_array_equal(zarr.open_array(LocalStore(tmp_path / "box"))[...], value)
@@ -364,7 +351,7 @@ def test_large_replaced_chunks_are_swapped(
 def test_zarr_writes_through_cuzarr_take_the_c_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sizes = _spy(monkeypatch)
+    seen = record_put_boxes(monkeypatch)
     value = np.arange(32**3, dtype="uint16").reshape(32, 32, 32)
     with cuzarr.configure(threads=2, strict=True):
         arr = zarr.create_array(
@@ -372,7 +359,7 @@ def test_zarr_writes_through_cuzarr_take_the_c_path(
             compressors=BloscCodec(cname="lz4", shuffle="shuffle"),
         )
         arr[...] = value
-    assert sum(sizes) == 64 and max(sizes) > 1
+    assert sum(seen.sizes) == 64 and max(seen.sizes) > 1
     with zarr.config.set({"codec_pipeline.path": BLOSC}):
         np.testing.assert_array_equal(zarr.open_array(LocalStore(tmp_path))[...], value)
 

@@ -12,7 +12,20 @@ from cuzarr import _zarr_compat as compat
 from cuzarr.backends import fill_check
 from cuzarr.backends.cpu import CpuBackend
 
-DTYPES = "bool int8 uint8 int16 uint16 int32 uint32 int64 uint64 float16 float32 float64".split()
+DTYPES = [
+    "bool",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+]
 
 
 def _fills(dtype: np.dtype[Any]) -> list[Any]:

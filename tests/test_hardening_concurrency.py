@@ -14,6 +14,7 @@ different processes that share a shard are not serialized: see docs/reliability.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import threading
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from zarr.codecs import ZstdCodec
 from zarr.storage import LocalStore, MemoryStore
 
 import cuzarr
+from threaded import run_threads
 
 SHAPE = (64, 64)
 CHUNKS = (8, 8)
@@ -74,23 +76,12 @@ def test_threads_writing_disjoint_blocks(tmp_path: Path, store_kind: str, layout
         for i in range(0, SHAPE[0], step)
         for j in range(0, SHAPE[1], step)
     ]
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(8)
 
     def writer(k: int) -> None:
-        try:
-            barrier.wait()
-            for sel in blocks[k::8]:
-                arr[sel] = expected[sel]
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for sel in blocks[k::8]:
+            arr[sel] = expected[sel]
 
-    threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors, errors
+    run_threads([functools.partial(writer, k) for k in range(8)])
     np.testing.assert_array_equal(zarr.open_array(store, path="arr", mode="r")[...], expected)
     assert cuzarr.stats().get("fallback_writes", 0) == 0
 
@@ -186,7 +177,6 @@ def test_readers_never_see_torn_chunks(tmp_path: Path, store_kind: str, layout: 
     arr[...] = 1
     rounds = 12
     done = threading.Event()
-    errors: list[BaseException] = []
     reads = {"n": 0}
     step = 16 if layout == "shards" else 8
     blocks = [
@@ -200,31 +190,20 @@ def test_readers_never_see_torn_chunks(tmp_path: Path, store_kind: str, layout: 
             w = zarr.open_array(store, path="arr")
             for r in range(2, rounds + 2):
                 w[...] = np.full(SHAPE, r, dtype="int32")
-        except BaseException as exc:  # pragma: no cover
-            errors.append(exc)
         finally:
             done.set()
 
     def reader() -> None:
-        try:
-            rd = zarr.open_array(store, path="arr", mode="r")
-            while not done.is_set():
-                got = rd[...]
-                for sel in blocks:
-                    values = np.unique(got[sel])
-                    assert values.size == 1, f"torn block {sel}: {values}"
-                    assert 1 <= values[0] <= rounds + 1
-                reads["n"] += 1
-        except BaseException as exc:
-            errors.append(exc)
+        rd = zarr.open_array(store, path="arr", mode="r")
+        while not done.is_set():
+            got = rd[...]
+            for sel in blocks:
+                values = np.unique(got[sel])
+                assert values.size == 1, f"torn block {sel}: {values}"
+                assert 1 <= values[0] <= rounds + 1
+            reads["n"] += 1
 
-    threads = [threading.Thread(target=reader) for _ in range(2)]
-    threads.append(threading.Thread(target=writer))
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors, errors[0]
+    run_threads([reader, reader, writer], barrier=False)
     assert reads["n"] >= 1
     np.testing.assert_array_equal(zarr.open_array(store, path="arr")[...], rounds + 1)
 
@@ -248,23 +227,12 @@ def test_threads_writing_one_shard_lose_no_update(
     target: Any = z if api == "zarr" else cuzarr.open(store, path="arr", mode="r+")
     pieces = [(slice(i, i + 4), slice(j, j + 4)) for i in range(0, 16, 4) for j in range(0, 16, 4)]
     expected = np.zeros(SHAPE, "int32")
-    barrier = threading.Barrier(len(pieces))
-    errors: list[BaseException] = []
 
     def writer(n: int) -> None:
-        try:
-            barrier.wait()
-            for rnd in range(5):
-                target[pieces[n]] = n * 10 + rnd + 1
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for rnd in range(5):
+            target[pieces[n]] = n * 10 + rnd + 1
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(len(pieces))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors, errors[0]
+    run_threads([functools.partial(writer, n) for n in range(len(pieces))])
     for n, piece in enumerate(pieces):
         expected[piece] = n * 10 + 5
     np.testing.assert_array_equal(zarr.open_array(store, path="arr")[...], expected)
