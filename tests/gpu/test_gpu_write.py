@@ -101,3 +101,44 @@ def test_corrupt_chunk_errors(tmp_path, codec):
     np.testing.assert_array_equal(
         cp.asnumpy(cuzarr.open(tmp_path / "a", device="gpu")[:32]), np.arange(32, dtype="<f4")
     )
+
+
+def _stored_keys(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fill", "chunk_value"),
+    [
+        ("<f4", 0.0, -0.0),  # zarr: -0.0 is not the fill 0.0 (bit patterns): kept
+        ("<f8", -0.0, 0.0),  # and 0.0 is not the fill -0.0
+        ("<f4", 0.0, 0.0),  # the fill itself: not stored
+        ("<f4", float("nan"), float("nan")),  # NaN equals a NaN fill: not stored
+        ("<f8", float("nan"), float("nan")),
+        ("<f4", float("nan"), 1.5),
+        ("<u2", 7, 7),
+        ("<i4", 0, 3),
+        ("|b1", False, False),
+    ],
+)
+def test_gpu_empty_chunk_rule_is_zarrs(tmp_path, dtype, fill, chunk_value):
+    """Chunks equal to the fill value are dropped exactly as zarr's own pipeline drops them."""
+    data = np.full((32, 16), chunk_value, dtype)
+    data[16:, :] = np.ones((16, 16), dtype)  # the second chunk is never the fill
+    roots = {}
+    for name in ("gpu", "zarr"):
+        root = tmp_path / name
+        kw = dict(shape=data.shape, chunks=(16, 16), dtype=dtype, fill_value=fill)
+        if name == "gpu":
+            a = cuzarr.create(root, device="gpu", **kw)
+            a[...] = cp.asarray(data)
+        else:
+            with zarr.config.set(
+                {"codec_pipeline.path": "zarr.core.codec_pipeline.BatchedCodecPipeline"}
+            ):
+                zarr.create_array(root, **kw)[...] = data
+        roots[name] = root
+    assert _stored_keys(roots["gpu"]) == _stored_keys(roots["zarr"])
+    got = zarr.open_array(roots["gpu"], mode="r")[...]
+    np.testing.assert_array_equal(got, data)
+    assert np.array_equal(np.signbit(got), np.signbit(data))

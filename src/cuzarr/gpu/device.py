@@ -33,7 +33,6 @@ brackets):
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -446,10 +445,23 @@ def to_chunk(chain: GpuChain, flat: Any, shape: tuple[int, ...], dtype: np.dtype
     return arr
 
 
+_UNSIGNED = {1: "u1", 2: "u2", 4: "u4", 8: "u8"}
+
+
 def all_fill(chunk: Any, fill: Any) -> Any:
-    """Whether every element of a device chunk equals ``fill`` (NaN equal to NaN)."""
-    if isinstance(fill, float) and math.isnan(fill):
+    """Whether every element of a device chunk is ``fill`` by zarr's rule (a device bool).
+
+    zarr's ``NDBuffer.all_equal``: NaN equals NaN (any payload; real and complex); for floats,
+    a fill of zero (either sign) compares bit patterns, so -0.0 is not 0.0.
+    """
+    value = np.asarray(fill)
+    kind = chunk.dtype.kind
+    if kind in "fc" and value.dtype.kind in "fc" and bool(np.isnan(value)):
         return cupy.isnan(chunk).all()
+    if kind == "f" and value.dtype.kind == "f" and value == 0 and chunk.dtype.itemsize in _UNSIGNED:
+        unsigned = _UNSIGNED[chunk.dtype.itemsize]
+        bits = value.astype(chunk.dtype).view(unsigned)[()]
+        return (chunk.view(unsigned) == bits).all()
     return (chunk == fill).all()
 
 
