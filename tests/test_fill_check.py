@@ -25,6 +25,8 @@ DTYPES = [
     "float16",
     "float32",
     "float64",
+    "complex64",
+    "complex128",
 ]
 
 
@@ -34,6 +36,8 @@ def _fills(dtype: np.dtype[Any]) -> list[Any]:
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         return [dtype.type(0), dtype.type(7), dtype.type(info.max), dtype.type(info.min)]
+    if dtype.kind == "c":
+        return [dtype.type(v) for v in (0j, complex(-0.0, -0.0), complex(np.nan, 0), 1.5 + 2j)]
     return [dtype.type(v) for v in (0.0, -0.0, np.nan, 1.5, np.inf, -np.inf)]
 
 
@@ -49,6 +53,12 @@ def _variants(dtype: np.dtype[Any], fill: Any, shape: tuple[int, ...]) -> list[n
         c = base.copy()
         c.reshape(-1)[pos] = other
         out.append(c)
+    if dtype.kind == "c":
+        for special in (dtype.type(complex(-0.0, 0.0)), dtype.type(complex(0.0, np.nan))):
+            c = base.copy()
+            c.reshape(-1)[base.size // 3] = special
+            out.append(c)
+        out.append(np.full(shape, complex(np.nan, 1.0), dtype))
     if dtype.kind == "f":
         for special in (dtype.type(-0.0), dtype.type(0.0), dtype.type(np.nan)):
             c = base.copy()
@@ -102,7 +112,6 @@ def test_uniform_scans_past_the_first_block() -> None:
 @pytest.mark.parametrize(
     ("chunk", "fill"),
     [
-        (np.zeros(4, np.complex64), np.complex64(0)),  # complex: zarr's rule
         (np.zeros(4, ">u2"), np.uint16(0)),  # fill of another byte order
         (np.zeros(4, np.int32), np.int64(0)),  # fill of another dtype
         (np.zeros(4, np.int32), 0),  # a Python int, not a parsed fill

@@ -3,13 +3,16 @@
 A chunk that equals the fill value everywhere is not stored (unless ``write_empty_chunks``).
 zarr decides that with ``NDBuffer.all_equal`` (NaN equals NaN; for floats, a fill of zero
 compares bit patterns, so -0.0 differs from 0.0), which costs ~40 us for an 8 KiB chunk,
-mostly its per-slice broadcasting. For booleans, integers and IEEE floats the same rule is
-one NumPy comparison per slice, about 6 us for that chunk:
+mostly its per-slice broadcasting. For booleans, integers, IEEE floats and complex numbers
+the same rule is one NumPy comparison per slice, about 6 us for that chunk
+(:func:`fill_test` says which; the GPU backend applies the same test to CuPy arrays):
 
 - booleans and integers: every element ``== fill``;
 - floats, ``fill == 0`` (either sign): every element's bits equal the fill's bits;
 - floats, ``fill`` NaN: every element is NaN (any payload, as ``equal_nan``);
-- floats, any other ``fill``: every element ``== fill`` (a NaN element differs).
+- floats, any other ``fill``: every element ``== fill`` (a NaN element differs);
+- complex numbers: as floats, NaN where either part is, and no bitwise zero (zarr compares
+  bit patterns for real floats only).
 
 :func:`uniform` answers ``None`` for anything else (other kinds, a fill of another dtype,
 0-d or empty chunks), and the caller asks zarr. ``tests/test_fill_check.py`` checks it against
@@ -18,17 +21,62 @@ zarr's rule across dtypes, fills and layouts.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["uniform"]
+__all__ = ["FillTest", "fill_test", "uniform"]
 
 #: Elements compared in the first slice; slices then double (zarr's block, the same idea:
 #: a chunk that differs early returns early, a uniform one costs one scan).
 BLOCK = 1 << 14
 
-_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_UNSIGNED: dict[int, np.dtype[Any]] = {
+    1: np.dtype(np.uint8),
+    2: np.dtype(np.uint16),
+    4: np.dtype(np.uint32),
+    8: np.dtype(np.uint64),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FillTest:
+    """How to compare a chunk's elements with its fill value under zarr's rule.
+
+    Attributes
+    ----------
+    view : numpy.dtype or None
+        Compare the elements' bit patterns as this unsigned dtype (``None``: as they are).
+    target : Any
+        What every element (or its bits) must equal; ``None``: every element must be NaN.
+    """
+
+    view: np.dtype[Any] | None
+    target: Any
+
+
+def fill_test(dtype: np.dtype[Any], fill: Any) -> FillTest | None:
+    """zarr's empty-chunk rule for elements of ``dtype`` and ``fill``; ``None``: not here.
+
+    Shared by the CPU (:func:`uniform`) and the GPU (``cuzarr.gpu.device.all_fill``), which
+    apply it to NumPy or CuPy arrays. Decided for booleans, integers, IEEE floats and complex
+    numbers whose fill is a NumPy scalar of exactly ``dtype``.
+    """
+    kind = dtype.kind
+    if kind not in "biufc" or not isinstance(fill, np.generic) or fill.dtype != dtype:
+        return None
+    if kind == "c":  # NaN if either part is; no bitwise zero (zarr's is for real floats only)
+        return FillTest(None, None) if np.isnan(fill) else FillTest(None, fill)
+    if kind == "f":
+        unsigned = _UNSIGNED.get(dtype.itemsize)
+        if unsigned is None:
+            return None
+        if fill != fill:
+            return FillTest(None, None)
+        if fill == 0:
+            return FillTest(unsigned, np.asarray(fill).view(unsigned)[()])
+    return FillTest(None, fill)
 
 
 def uniform(chunk: Any, fill: Any) -> bool | None:
@@ -48,22 +96,10 @@ def uniform(chunk: Any, fill: Any) -> bool | None:
     """
     if type(chunk) is not np.ndarray or chunk.ndim == 0 or chunk.size == 0:
         return None
-    dtype = chunk.dtype
-    kind = dtype.kind
-    if kind not in "biuf" or not isinstance(fill, np.generic) or fill.dtype != dtype:
+    test = fill_test(chunk.dtype, fill)
+    if test is None:
         return None
-    data = chunk
-    target: Any = fill
-    if kind == "f":
-        if dtype.itemsize not in _UNSIGNED:
-            return None
-        if fill != fill:
-            return _scan(chunk, None)
-        if fill == 0:
-            unsigned = _UNSIGNED[dtype.itemsize]
-            data = chunk.view(unsigned)
-            target = np.asarray(fill).view(unsigned)[()]
-    return _scan(data, target)
+    return _scan(chunk if test.view is None else chunk.view(test.view), test.target)
 
 
 def _scan(data: np.ndarray, target: Any) -> bool:

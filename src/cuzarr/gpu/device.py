@@ -42,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 from nvidia import nvcomp
 
+from cuzarr.backends.fill_check import fill_test
 from cuzarr.codecs.base import Buf
 from cuzarr.codecs.crc32c_ import Crc32cCodec
 from cuzarr.diagnostics import count
@@ -445,24 +446,18 @@ def to_chunk(chain: GpuChain, flat: Any, shape: tuple[int, ...], dtype: np.dtype
     return arr
 
 
-_UNSIGNED = {1: "u1", 2: "u2", 4: "u4", 8: "u8"}
-
-
 def all_fill(chunk: Any, fill: Any) -> Any:
     """Whether every element of a device chunk is ``fill`` by zarr's rule (a device bool).
 
-    zarr's ``NDBuffer.all_equal``: NaN equals NaN (any payload; real and complex); for floats,
-    a fill of zero (either sign) compares bit patterns, so -0.0 is not 0.0.
+    The CPU's rule (:func:`cuzarr.backends.fill_check.fill_test`: NaN equals NaN; for floats a
+    fill of zero compares bit patterns, so -0.0 is not 0.0) on CuPy arrays; ``==`` for what it
+    does not decide.
     """
-    value = np.asarray(fill)
-    kind = chunk.dtype.kind
-    if kind in "fc" and value.dtype.kind in "fc" and bool(np.isnan(value)):
-        return cupy.isnan(chunk).all()
-    if kind == "f" and value.dtype.kind == "f" and value == 0 and chunk.dtype.itemsize in _UNSIGNED:
-        unsigned = _UNSIGNED[chunk.dtype.itemsize]
-        bits = value.astype(chunk.dtype).view(unsigned)[()]
-        return (chunk.view(unsigned) == bits).all()
-    return (chunk == fill).all()
+    test = fill_test(chunk.dtype, fill)
+    if test is None:
+        return (chunk == fill).all()
+    data = chunk if test.view is None else chunk.view(test.view)
+    return cupy.isnan(data).all() if test.target is None else (data == test.target).all()
 
 
 def _packed(flats: Sequence[Any]) -> tuple[Any, list[int], list[int]]:
