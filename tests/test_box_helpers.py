@@ -116,6 +116,35 @@ def test_callers_on_several_threads_at_once(tmp_path: Path) -> None:
     run_threads([functools.partial(caller, k) for k in range(4)])
 
 
+
+def test_calls_closing_together_each_wait_only_for_their_own_helpers(tmp_path: Path) -> None:
+    """Short calls on three threads at once, in many bursts: none waits for ever.
+
+    A call can open its job while a helper of a closed call still finishes a box; both calls
+    then wait for helpers. The pool once counted seated helpers for all jobs and woke one
+    waiting call when the count fell to zero, so the other call waited until some later call
+    ended: the last burst of a program hung (seen in CI as a hung thread in the test above;
+    this test failed 4 runs in 4 against that pool on a 2-core VM, within 21 s).
+    """
+    value = np.zeros((3 * 8, 1024), dtype="uint8")
+    value[:, ::7] = np.arange(24, dtype="uint8")[:, None]
+
+    def caller(folder: Path) -> None:
+        paths = [os.fsencode(folder / f"c{i}") for i in range(3)]
+        status = _native.put_boxes(
+            paths, value, [(8 * i, 0) for i in range(3)], (8, 1024), None, helpers=2, **KW
+        )
+        assert status == [0] * 3
+        for i in range(3):
+            assert (folder / f"c{i}").read_bytes() == value[8 * i : 8 * i + 8].tobytes()
+
+    folders = [tmp_path / f"t{k}" for k in range(3)]
+    for folder in folders:
+        folder.mkdir()
+    for _ in range(1000):  # each burst replaces the files of the one before
+        run_threads([functools.partial(caller, f) for f in folders], timeout=20)
+
+
 FORKED = textwrap.dedent(
     """
     import os, sys

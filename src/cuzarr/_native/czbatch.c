@@ -574,6 +574,7 @@ typedef struct {
     int64_t *status;
     int64_t next;               /* the next box to take (__atomic) */
     int64_t failed;             /* boxes not written (__atomic) */
+    int seated;                 /* helpers working on this job (under cz_pool.mu) */
 } cz_boxes;
 
 /* A thread's memory for cz_boxes_run: a box in C order, a compressed box, a zstd context. */
@@ -657,8 +658,12 @@ static void cz_boxes_run(cz_boxes *job, const cz_tools *t)
  * variable here ~25 us). Made on first use, up to CZ_HELPERS_MAX, and kept (asleep) for the
  * process; one call at a time is helped (a call finding them busy runs alone). A call never
  * waits for a helper to wake: it closes its job when its boxes are taken and waits only for
- * the helpers that took a seat, each finishing the box it holds. Helpers block every signal
- * (they go to the process's own threads) and are forgotten in a forked child (pthread_atfork).
+ * the helpers that took a seat at it, each finishing the box it holds. A call may open its job
+ * while helpers of a closed one still finish theirs, so each job counts its own seated helpers
+ * and the helper leaving a job's last seat wakes every closing call, each waiting for its own
+ * count (one count for the pool, with one wake-up, once left a second closing call asleep for
+ * good). Helpers block every signal (they go to the process's own threads) and are forgotten
+ * in a forked child (pthread_atfork).
  */
 #define CZ_HELPERS_MAX 15
 
@@ -675,10 +680,9 @@ typedef struct {
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t wake; /* a job has open seats */
-    pthread_cond_t done; /* the last seated helper left */
+    pthread_cond_t done; /* a job's last seated helper left */
     cz_boxes *job;       /* the open job, or NULL */
     int seats;           /* helpers the open job may still take */
-    int active;          /* helpers working on a job */
     int started;
     cz_helper helpers[CZ_HELPERS_MAX];
 } cz_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
@@ -698,7 +702,7 @@ static void cz_pool_child(void)
 {
     memset(cz_pool.helpers, 0, sizeof cz_pool.helpers);
     cz_pool.job = NULL;
-    cz_pool.seats = cz_pool.active = cz_pool.started = 0;
+    cz_pool.seats = cz_pool.started = 0;
     pthread_mutex_init(&cz_pool.mu, NULL);
     pthread_cond_init(&cz_pool.wake, NULL);
     pthread_cond_init(&cz_pool.done, NULL);
@@ -769,15 +773,15 @@ static void *cz_helper_main(void *arg)
         }
         cz_boxes *job = cz_pool.job;
         cz_pool.seats--;
-        cz_pool.active++;
+        job->seated++;
         pthread_mutex_unlock(&cz_pool.mu);
         if (cz_helper_ready(h, job) == 0) {
             cz_boxes_run(job, &h->tools);
         }
         cz_helper_trim(h);
         pthread_mutex_lock(&cz_pool.mu);
-        if (--cz_pool.active == 0) {
-            pthread_cond_signal(&cz_pool.done);
+        if (--job->seated == 0) { /* job may end once the lock is let go: not touched again */
+            pthread_cond_broadcast(&cz_pool.done);
         }
     }
     return NULL;
@@ -830,13 +834,15 @@ static int cz_pool_open(cz_boxes *job, int want)
     return want;
 }
 
-/* Close job (no helper takes a seat after this) and wait for the seated ones to finish. */
-static void cz_pool_close(void)
+/* Close job (no helper takes a seat at it after this) and wait for its seated ones to finish. */
+static void cz_pool_close(cz_boxes *job)
 {
     pthread_mutex_lock(&cz_pool.mu);
-    cz_pool.job = NULL;
-    cz_pool.seats = 0;
-    while (cz_pool.active > 0) {
+    if (cz_pool.job == job) {
+        cz_pool.job = NULL;
+        cz_pool.seats = 0;
+    }
+    while (job->seated > 0) {
         pthread_cond_wait(&cz_pool.done, &cz_pool.mu);
     }
     pthread_mutex_unlock(&cz_pool.mu);
@@ -918,7 +924,7 @@ static int64_t put_boxes(int64_t n, const char *paths, const char *tag, int64_t 
     int called = cz_pool_open(&job, n > 1 ? (int)(helpers < n - 1 ? helpers : n - 1) : 0);
     cz_boxes_run(&job, &mine);
     if (called) {
-        cz_pool_close();
+        cz_pool_close(&job);
     }
     if (names != on_stack) {
         free(names);
