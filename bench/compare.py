@@ -74,8 +74,9 @@ THREAD_CONTROLS = {
     "RAYON_NUM_THREADS=N, codec_pipeline.strict=True (no silent fallback to zarr's pipeline)",
     "tensorstore": "Context data_copy_concurrency.limit=N and file_io_concurrency.limit=N; "
     "no cache pool (TensorStore's default)",
-    "floor": "python-zstandard (zstd decode and encode, as cuzarr) or numcodecs decode/encode "
-    "with out= buffers on a ThreadPoolExecutor of N threads",
+    "floor": "the libraries cuzarr codes with: zstd decoded by numcodecs' libzstd in one call "
+    "(chunks of 64 KiB or more) or python-zstandard, encoded by python-zstandard; other codecs "
+    "numcodecs decode/encode with out= buffers; on a ThreadPoolExecutor of N threads",
     "all": "numcodecs.blosc.use_threads=False in every process (blosc never adds threads of its "
     "own); each engine and thread count has one persistent worker process, and the engines "
     "take turns cell by cell (rounds in rotating order, bench/interleave.py)",
@@ -695,7 +696,8 @@ def measure_floor(
     """Decode (read_all) or encode (write_all) every chunk held in memory: the codec floor.
 
     Decoding writes each chunk into a per-thread scratch buffer with the decoder library cuzarr
-    uses (python-zstandard for zstd, numcodecs otherwise); encoding starts from contiguous
+    uses (for zstd numcodecs' libzstd in one call for chunks of 64 KiB or more, python-zstandard
+    for smaller ones; numcodecs otherwise); encoding starts from contiguous
     chunk arrays prepared beforehand, zstd with python-zstandard (cuzarr's default encoder).
     Uncompressed: a copy.
     Verified in a separate, untimed pass.
@@ -713,12 +715,25 @@ def measure_floor(
         if workload == "read_all":
             stored = _stored_chunks(ds, data_dir / f"{ds.key}.zarr")
 
-            # The same decoder library cuzarr uses: python-zstandard (a reused context per
-            # thread) for zstd, numcodecs for the others.
+            # The same decoder library cuzarr uses: for zstd, numcodecs' libzstd in one call
+            # for chunks of ZSTD_ONE_CALL_MIN bytes or more (zstd_batch.decode_into, where the
+            # batch helper is built), else python-zstandard (a reused context per thread);
+            # numcodecs for the others.
+            from cuzarr.codecs import zstd_batch
+            from cuzarr.codecs.numcodecs_ import ZSTD_ONE_CALL_MIN
+
             zstd = codec is not None and codec.codec_id == "zstd"
+            one_call = zstd and chunk_nbytes >= ZSTD_ONE_CALL_MIN and zstd_batch.available()
+            if one_call:
+                cell["pipeline"] = "numcodecs-libzstd"
 
             def decode_part(part: Sequence[memoryview]) -> None:
                 scratch = np.empty(chunk_nbytes, np.uint8)
+                if one_call:
+                    for buf in part:
+                        if not zstd_batch.decode_into(np.frombuffer(buf, np.uint8), scratch):
+                            raise Mismatch("floor decode: a stored chunk did not decode")
+                    return
                 if zstd:
                     dctx = zstandard.ZstdDecompressor()
                     for buf in part:
