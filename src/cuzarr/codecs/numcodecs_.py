@@ -155,10 +155,9 @@ def _zstd_decode_into(data: Buf, out: npt.NDArray[np.uint8], name: str) -> None:
     Chunks of :data:`ZSTD_ONE_CALL_MIN` bytes or more first in one call of numcodecs' libzstd
     (:func:`zstd_batch.decode_into`); where that is not available or does not fill ``out``
     exactly, and for smaller chunks, with python-zstandard's streaming decoder, which names
-    what is wrong. Either keeps its context
-    between calls (numcodecs creates one per call, which costs ~10 us: more than decoding an
-    8 KiB chunk) and releases the GIL while decoding. Frames are decoded exactly as numcodecs'
-    ``Zstd.decode`` would (same libzstd format).
+    what is wrong. Either keeps its context between calls (numcodecs creates one per call,
+    which costs ~10 us: more than decoding an 8 KiB chunk) and releases the GIL while
+    decoding. Frames are decoded exactly as numcodecs' ``Zstd.decode`` would (same format).
     """
     if out.nbytes >= ZSTD_ONE_CALL_MIN and zstd_batch.decode_into(as_u8(data), out):
         return
