@@ -18,6 +18,7 @@ for spec in \
     "nvidia-libnvcomp-cu13==6.0.0.12" \
     "kvikio-cu13==26.10.0" \
     "libkvikio-cu13==26.10.0" \
+    "rapids-logger==0.3.0" \
     "zarr==3.4.2" \
     "numcodecs==0.17.1" \
     "zstandard==0.25.0" \
