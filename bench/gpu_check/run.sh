@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command on a GPU machine (under 5 minutes on an H200): install the carried wheels, answer
 # the open API questions, run the GPU test suite, then measure. Results land in $OUT (or
-# bench/results/ when OUT is unset): api_probe.json, pytest_gpu.log, gpu_check.json.
+# bench/results/ when OUT is unset): api_probe.json, probe_errors.json, pytest_gpu.log,
+# gpu_check.json.
 #
 #   device run:  carry [".whl"], command "bash bench/gpu_check/run.sh", timeout_s 540
 set -uo pipefail
@@ -26,6 +27,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 
 echo "== 1/3 API probe (open questions)"
 timeout 90 python3 bench/gpu_check/probe_api.py "$OUT/api_probe.json"
+echo "== 1b/3 how nvCOMP reports corrupt and short streams"
+timeout 60 python3 bench/gpu_check/probe_errors.py "$OUT/probe_errors.json"
 echo "== 2/3 GPU test suite"
 # Every failure, not the first: a GPU is lent rarely. pytest-asyncio (zarr's suite only) is not
 # on that machine, so --strict-config would refuse its ini key; the rest of addopts stays.

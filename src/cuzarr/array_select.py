@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 from cuzarr import _zarr_compat as compat
@@ -33,7 +34,9 @@ class ArraySelections(ArrayMeta):
             raise ValueError(f"out: expected shape {shape}, got {out.shape}")
         if out.dtype != self._dtype:
             raise ValueError(f"out: expected dtype {self._dtype}, got {out.dtype}")
-        if not out.flags.writeable:
+        # NumPy arrays can be read-only; CuPy's have no such flag (device memory is always
+        # writable, and ``cupy.ndarray.flags`` has no ``writeable``).
+        if isinstance(out, np.ndarray) and not out.flags.writeable:
             raise ValueError("out: the buffer is read-only")
         return out  # type: ignore[no-any-return]  # numpy, or cupy on the GPU
 

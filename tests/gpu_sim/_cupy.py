@@ -88,6 +88,17 @@ class MemoryPointer:
         self.mem = arr
 
 
+class Flags:
+    """``ndarray.flags`` as CuPy has it: contiguity and ownership, no ``writeable``."""
+
+    __slots__ = ("c_contiguous", "f_contiguous", "owndata")
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self.c_contiguous = bool(arr.flags.c_contiguous)
+        self.f_contiguous = bool(arr.flags.f_contiguous)
+        self.owndata = bool(arr.flags.owndata)
+
+
 class ndarray:
     """A device array (its memory is a private NumPy array)."""
 
@@ -144,7 +155,7 @@ class ndarray:
     nbytes = property(lambda self: self._a.nbytes)
     itemsize = property(lambda self: self._a.itemsize)
     strides = property(lambda self: self._a.strides)
-    flags = property(lambda self: self._a.flags)
+    flags = property(lambda self: Flags(self._a))
     T = property(lambda self: ndarray._from(self._a.T))
     data = property(lambda self: MemoryPointer(self._a))
 
