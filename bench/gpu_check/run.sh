@@ -2,7 +2,7 @@
 # One command on a GPU machine (under 5 minutes on an H200): install the carried wheels, answer
 # the open API questions, run the GPU test suite, then measure. Results land in $OUT (or
 # bench/results/ when OUT is unset): api_probe.json, probe_errors.json, pytest_gpu.log,
-# gpu_check.json.
+# profile_read.txt, gpu_check.json.
 #
 #   device run:  carry [".whl"], command "bash bench/gpu_check/run.sh", timeout_s 540
 set -uo pipefail
@@ -34,6 +34,8 @@ echo "== 2/3 GPU test suite"
 # on that machine, so --strict-config would refuse its ini key; the rest of addopts stays.
 timeout 170 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider --timeout 60 \
     -o addopts="-ra --strict-markers" -W ignore::pytest.PytestConfigWarning 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
+echo "== 2b/3 where a GPU read's time goes"
+timeout 60 python3 bench/gpu_check/profile_read.py "$OUT/profile_read.txt" > /dev/null
 echo "== 3/3 measurements"
 timeout 240 python3 bench/gpu_check/measure.py "$OUT/gpu_check.json" --size-gib "${SIZE_GIB:-2}"
 ls -la "$OUT"

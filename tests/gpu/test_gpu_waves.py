@@ -60,7 +60,7 @@ def test_one_wave_one_upload_one_decode_call(tmp_path, sim, compressors, algorit
     # Checksums: one kernel launch for the wave (crc32c of the stored chunks, or gzip's CRC-32
     # of the decoded ones), its tables uploaded in one small copy; none on the host.
     assert len(_events(sim, "launch", "cuzarr_crc")) == crc_launches
-    assert len(_events(sim, "h2d")) == crc_launches
+    assert len(sim.data_transfers("h2d")) == crc_launches
     assert cuzarr.stats().get("gpu_host_crc32c", 0) == 0
     assert cuzarr.stats().get("gpu_cpu_decodes", 0) == 0
 
@@ -268,7 +268,7 @@ def test_stores_without_local_files_upload_from_the_host(sim):
         got = zarr.open_array(store, mode="r")[...]
     np.testing.assert_array_equal(cp.asnumpy(got), np.arange(64))
     assert not _events(sim, "cufile")
-    assert len(_events(sim, "h2d")) == 1
+    assert len(sim.data_transfers("h2d")) == 1
 
 
 def test_sharded_writes_decode_and_encode_a_wave_in_one_call_each(tmp_path, sim):

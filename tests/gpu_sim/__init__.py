@@ -1,4 +1,5 @@
-"""A strict device simulator: test-only stand-ins for ``cupy``, ``nvidia.nvcomp`` and ``kvikio``.
+"""A strict device simulator: stand-ins for ``cupy``, ``nvidia.nvcomp`` (and its C library,
+``nvidia.libnvcomp``) and ``kvikio``, for tests.
 
 ``kvikio.zarr.GDSStore`` (kvikio's zarr ``LocalStore`` over kvikio file I/O) is included.
 
@@ -31,10 +32,10 @@ import sys
 import types
 from typing import Any
 
-from . import _cupy, _kvikio, _nvcomp
+from . import _cupy, _kvikio, _libnvcomp, _nvcomp
 from ._events import Event, events, reset
 
-__all__ = ["Event", "events", "install", "installed", "reset", "uninstall"]
+__all__ = ["Event", "data_transfers", "events", "install", "installed", "reset", "uninstall"]
 
 _saved: dict[str, Any] = {}
 _NAMES = (
@@ -43,10 +44,29 @@ _NAMES = (
     "cupy.cuda.runtime",
     "nvidia",
     "nvidia.nvcomp",
+    "nvidia.libnvcomp",
     "kvikio",
     "kvikio.defaults",
     "kvikio.zarr",
 )
+
+
+def data_transfers(kind: str) -> list[Event]:
+    """The ``kind`` transfers (``"h2d"`` or ``"d2h"``) other than nvCOMP's per-call bookkeeping.
+
+    Each batched C decode call (a ``decode`` event with ``api="c"``, of ``n`` streams) uploads
+    its pointer table (32 bytes a stream) and downloads the streams' statuses and decoded sizes
+    (16 bytes a stream), both pageable; exactly one of each must be recorded per call
+    (``AssertionError`` otherwise). The other transfers are returned, in order.
+    """
+    per_stream = {"h2d": 32, "d2h": 16}[kind]
+    rest = [e for e in events if e.kind == kind]
+    for call in [e for e in events if e.kind == "decode" and e.info.get("api") == "c"]:
+        size = per_stream * call.info["n"]
+        match = [e for e in rest if not e.info["pinned"] and e.info["nbytes"] == size]
+        assert match, f"no {kind} of {size} bytes for the {call.name} decode call of {call.info}"
+        rest.remove(match[0])
+    return rest
 
 
 def installed() -> bool:
@@ -70,6 +90,8 @@ def install() -> None:
         sys.modules["nvidia"] = nvidia
     nvidia.nvcomp = _nvcomp.module  # type: ignore[attr-defined]
     sys.modules["nvidia.nvcomp"] = _nvcomp.module
+    nvidia.libnvcomp = _libnvcomp.module  # type: ignore[attr-defined]
+    sys.modules["nvidia.libnvcomp"] = _libnvcomp.module
     sys.modules["kvikio"] = _kvikio.module
     sys.modules["kvikio.defaults"] = _kvikio.defaults
     from . import _kvikio_zarr  # imports zarr: only when installed
@@ -102,6 +124,8 @@ def uninstall() -> None:
     nvidia = sys.modules.get("nvidia")
     if nvidia is not None and getattr(nvidia, "nvcomp", None) is _nvcomp.module:
         del nvidia.nvcomp
+    if nvidia is not None and getattr(nvidia, "libnvcomp", None) is _libnvcomp.module:
+        del nvidia.libnvcomp
     for name in _NAMES:
         old = _saved.pop(name, None)
         if old is None:

@@ -10,8 +10,10 @@ Copies between host and device, and every implicit synchronization (``bool``/``i
 
 from __future__ import annotations
 
+import bisect
 import re
 import types
+import weakref
 from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from typing import Any
@@ -25,6 +27,55 @@ _IMPLICIT = (
     "Implicit conversion to a NumPy array is not allowed. "
     "Please use `.get()` to construct a NumPy array explicitly."
 )
+
+
+#: Live device allocations (the NumPy arrays that own device memory here), by start address:
+#: (end address, weak reference). nvCOMP's C API (``_libnvcomp``) takes raw device addresses;
+#: :func:`device_bytes` checks each against this table, as the device would fault.
+_ALLOCATIONS: dict[int, tuple[int, weakref.ref[np.ndarray]]] = {}
+
+
+def _register(arr: np.ndarray) -> None:
+    root = arr
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root.nbytes == 0 or not root.flags.c_contiguous:
+        return
+    start = int(root.__array_interface__["data"][0])
+    known = _ALLOCATIONS.get(start)
+    if known is not None and known[1]() is root:
+        return
+
+    def forget(ref: weakref.ref[np.ndarray], start: int = start) -> None:
+        if _ALLOCATIONS.get(start, (0, None))[1] is ref:
+            del _ALLOCATIONS[start]
+
+    _ALLOCATIONS[start] = (start + root.nbytes, weakref.ref(root, forget))
+
+
+class DeviceMemory:
+    """A snapshot of the live device allocations, to resolve raw addresses against."""
+
+    def __init__(self) -> None:
+        items = sorted((s, e, r) for s, (e, r) in list(_ALLOCATIONS.items()))
+        self._starts = [s for s, _, _ in items]
+        self._items = items
+
+    def bytes_at(self, address: int, nbytes: int, what: str) -> np.ndarray:
+        """The ``nbytes`` of device memory at ``address`` as a uint8 view (bounds checked)."""
+        if not isinstance(address, int) or not isinstance(nbytes, int) or nbytes < 0:
+            raise TypeError(f"{what}: expected an int address and size")
+        k = bisect.bisect_right(self._starts, address) - 1
+        if k >= 0:
+            start, end, ref = self._items[k]
+            root = ref()
+            if root is not None and address + nbytes <= end:
+                flat = root.reshape(-1).view(np.uint8)
+                return flat[address - start : address - start + nbytes]
+        raise ValueError(
+            f"{what}: [{address:#x}, +{nbytes}) is not inside one live device allocation"
+            " (an illegal address on a GPU)"
+        )
 
 
 def _is_pinned(arr: np.ndarray) -> bool:
@@ -128,11 +179,13 @@ class ndarray:
         order: str = "C",
     ) -> None:
         self._a = np.empty(shape, dtype, order=order)  # type: ignore[call-overload]
+        _register(self._a)
 
     @classmethod
     def _from(cls, arr: np.ndarray) -> ndarray:
         obj = cls.__new__(cls)
         obj._a = arr
+        _register(arr)
         return obj
 
     # ------------------------------------------------------------ strictness

@@ -47,7 +47,7 @@ from cuzarr.codecs.base import Buf
 from cuzarr.codecs.crc32c_ import Crc32cCodec
 from cuzarr.diagnostics import count
 from cuzarr.errors import CorruptChunkError, CuzarrError, UnsupportedError
-from cuzarr.gpu import blosc_frames, crc, streams
+from cuzarr.gpu import blosc_frames, crc, nvcomp_batched, streams
 from cuzarr.gpu.checksums import append_crc32c, checksums, verify_crc32c
 from cuzarr.gpu.files import ALIGN, DeviceChunk, aligned_slots, span, stream_prefix
 from cuzarr.gpu.launch import byteswap, copy_ranges, table_launch
@@ -115,9 +115,9 @@ def decode_batch(
 
     Stream ``i`` is ``src[offsets[i] : offsets[i] + sizes[i]]`` (aligned starts: see
     :func:`upload`) and decodes to exactly ``out_sizes[i]`` bytes. The outputs are written
-    into one device buffer cuzarr owns (``out=``: no allocation by nvCOMP, no result that
-    dies with its batch), sized from the chunk specs, with a decompression config built from
-    those sizes so that nvCOMP makes no synchronizing size query [sync-free-config].
+    into one device buffer cuzarr owns (no allocation by nvCOMP, no result that dies with its
+    batch). nvCOMP's batched C API (:mod:`cuzarr.gpu.nvcomp_batched`) decodes them and reports
+    each stream's status and decoded size; both are checked [decode-status].
 
     Returns
     -------
@@ -134,21 +134,27 @@ def decode_batch(
     out = cupy.empty(max(1, span(starts, out_sizes)), cupy.uint8)
     if n == 0:
         return out, starts
-    codec = _codec(algorithm)
+    src_base, out_base = int(src.data.ptr), int(out.data.ptr)
     todo = [i for i in range(n) if out_sizes[i] > 0]
     for lo in range(0, len(todo), MAX_BATCH):
         part = todo[lo : lo + MAX_BATCH]
         want = [int(out_sizes[i]) for i in part]
-        srcs = nvcomp.as_arrays(src, [int(offsets[i]) for i in part], [int(sizes[i]) for i in part])
-        outs = nvcomp.as_arrays(out, [starts[i] for i in part], want)
-        config = codec.decompression_config(codec.compression_config(want))
         try:
-            got = codec.decode(srcs, out=outs, decompression_config=config).buffer_sizes
-        except (RuntimeError, ValueError) as exc:
+            statuses, got = nvcomp_batched.decompress(
+                algorithm,
+                [src_base + int(offsets[i]) for i in part],
+                [int(sizes[i]) for i in part],
+                [out_base + starts[i] for i in part],
+                want,
+            )
+        except nvcomp_batched.NvcompCallError as exc:
             raise CorruptChunkError(f"nvCOMP {algorithm} decode failed: {exc}") from exc
-        for i, g, w in zip(part, got, want, strict=True):
-            if int(g) != w:
-                raise CorruptChunkError(f"chunk #{i}: decoded {int(g)} bytes, expected {w}")
+        for i, status, g, w in zip(part, statuses.tolist(), got.tolist(), want, strict=True):
+            if status != 0:
+                name = nvcomp_batched.STATUS_NAMES.get(status, str(status))
+                raise CorruptChunkError(f"chunk #{i}: nvCOMP {algorithm} decode failed: {name}")
+            if g != w:
+                raise CorruptChunkError(f"chunk #{i}: decoded {g} bytes, expected {w}")
     return out, starts
 
 
