@@ -3,14 +3,14 @@
 Each kind of bad stream here "decoded" without any error through nvCOMP's Python API on the
 first real GPU run (bench/gpu_check/probe_errors.py): the batched C API's per-stream statuses
 and decoded sizes are what catch them (cuzarr.gpu.nvcomp_batched). The chunks beside the bad
-one still read.
+one still read. Two kinds fault nvCOMP itself on a real GPU (``FAULTING``); they run under the
+simulator only (tests/gpu/nvcomp_limits.py).
 """
 
 from __future__ import annotations
 
 import zlib
 
-import cupy as cp
 import numcodecs
 import numpy as np
 import pytest
@@ -18,6 +18,10 @@ import zarr
 
 import cuzarr
 from cuzarr.errors import CorruptChunkError
+
+from .nvcomp_limits import skip_if_it_faults
+
+cp = pytest.importorskip("cupy")
 
 N = 4096  # elements of one chunk (int32: 16 KiB)
 
@@ -49,6 +53,11 @@ CASES = {
 }
 
 
+#: Streams that fault nvCOMP 6.0.0 on a real GPU (tests/gpu/nvcomp_limits.py); the others
+#: were caught there by the decoded-size check (H200, 2026-12-04).
+FAULTING = {"zlib-zero-tail", "zstd-truncated"}
+
+
 def _data() -> np.ndarray:
     rng = np.random.default_rng(7)
     return (np.arange(3 * N, dtype="<i4") % 1000) * 3 + rng.integers(0, 4, 3 * N, dtype="<i4")
@@ -56,6 +65,8 @@ def _data() -> np.ndarray:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_bad_stream_is_named_and_its_neighbours_read(tmp_path, case):
+    if case in FAULTING:
+        skip_if_it_faults()
     compressor, spoil = CASES[case]
     z = zarr.create_array(
         tmp_path / "a",

@@ -9,6 +9,8 @@ import zarr
 import cuzarr
 from cuzarr.errors import CorruptChunkError
 
+from .nvcomp_limits import expect_undetected
+
 pytestmark = pytest.mark.gpu
 
 cp = pytest.importorskip("cupy")
@@ -82,7 +84,9 @@ def test_gpu_only_codecs_round_trip(tmp_path, name):
 
 
 @pytest.mark.parametrize("codec", ["zstd", "gzip"])
-def test_corrupt_chunk_errors(tmp_path, codec):
+def test_corrupt_chunk_errors(tmp_path, codec, request):
+    if codec == "zstd":
+        expect_undetected(request)  # on a real GPU; gzip's CRC-32 catches its case there
     z = zarr.create_array(
         tmp_path / "a", shape=(64,), chunks=(32,), dtype="<f4", compressors=WRITE_CODECS[codec]
     )

@@ -12,13 +12,15 @@ first and last bytes, all raw streams decoded in one nvCOMP call per algorithm, 
 unshuffled in one kernel launch; :func:`to_chunk` swaps bytes and transposes.
 :func:`encode_chunks` is the reverse, in the bitstreams CPU libraries read.
 
-UNVERIFIED facts (nothing here has run on a GPU yet; the device simulator, tests/gpu_sim,
-assumes the permissive answer; ``bench/gpu_check/probe_api.py`` checks each, by the tag in
-brackets):
+Facts checked on a GPU (H200, nvCOMP 6.0.0, 2026-12-04; ``bench/gpu_check/probe_api.py``,
+``probe_errors.py``, ``probe_c_faults.py``; results in bench/results/gpu-check-2026-12-04),
+by the tag in brackets:
 
-- [sync-free-config] a ``decompression_config`` built from ``compression_config(sizes)``
-  decodes RAW streams CPU libraries wrote, without synchronizing the stream.
-- [decode-out-sizes] ``buffer_sizes`` of a batch decoded into ``out=`` reports decoded sizes.
+- [decode-status] nvCOMP's batched C API (:mod:`cuzarr.gpu.nvcomp_batched`) reports each
+  stream's decoded size (short decodes are caught by it; the statuses stayed
+  ``nvcompSuccess`` for every bad stream tried). The Python API's ``Codec.decode`` reported
+  the capacities it was given ([decode-out-sizes] was false) and blocked when given a config
+  built from sizes ([sync-free-config] was false): decoding no longer goes through it.
 - [alignment] no algorithm needs more than ``ALIGN`` (16) bytes of buffer alignment.
 - [raw-zstd-checksum] RAW zstd decodes frames that carry a content checksum.
 - [raw-zstd-nosize] RAW zstd decodes frames without a content size.
@@ -29,6 +31,11 @@ brackets):
 - [as-array] ``cupy.asarray`` of a decoded nvCOMP array is a zero-copy uint8 device view.
 - [kvikio] ``kvikio.CuFile(path, "r").pread(buf, size, offset).get()`` fills a CuPy buffer;
   ``kvikio.defaults.is_compat_mode_preferred()`` tells whether GDS is off.
+
+Not protected against (measured, tests/gpu/nvcomp_limits.py): some corrupt zstd frames decode
+with success and their full size, and some corrupt deflate and truncated zstd streams make
+nvCOMP's kernels fault, which loses the CUDA context; a crc32c codec in the chain is checked
+before any decode.
 """
 
 from __future__ import annotations
