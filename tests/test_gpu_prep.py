@@ -314,6 +314,9 @@ def test_zstd_frames(checksum):
         streams.locate("zstd", b"\0" * 16)
     with pytest.raises(CorruptChunkError, match="declares"):
         streams.locate("zstd", enc, 5)
+    # Fewer bytes than the chunk: perhaps the first of several frames, left to the CPU.
+    with pytest.raises(UnsupportedError, match="several frames"):
+        streams.locate("zstd", enc, 2 * len(payload))
 
 
 @pytest.mark.parametrize(

@@ -32,8 +32,14 @@ timeout 60 python3 bench/gpu_check/probe_errors.py "$OUT/probe_errors.json"
 echo "== 2/3 GPU test suite"
 # Every failure, not the first: a GPU is lent rarely. pytest-asyncio (zarr's suite only) is not
 # on that machine, so --strict-config would refuse its ini key; the rest of addopts stays.
+# test_gpu_corrupt.py feeds nvCOMP corrupt streams; one that faults loses the CUDA context for
+# the rest of its process, so it runs in a process of its own, after the rest.
 timeout 170 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider --timeout 60 \
+    --ignore=tests/gpu/test_gpu_corrupt.py \
     -o addopts="-ra --strict-markers" -W ignore::pytest.PytestConfigWarning 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
+timeout 60 python3 -m pytest -q -m gpu tests/gpu/test_gpu_corrupt.py -p no:cacheprovider \
+    --timeout 30 -o addopts="-ra --strict-markers" -W ignore::pytest.PytestConfigWarning 2>&1 \
+    | tee "$OUT/pytest_gpu_corrupt.log" | tail -8
 echo "== 2b/3 where a GPU read's time goes"
 timeout 60 python3 bench/gpu_check/profile_read.py "$OUT/profile_read.txt" > /dev/null
 echo "== 3/3 measurements"

@@ -11,7 +11,9 @@ Measured by bench/gpu_check/probe_c_faults.py and this suite (bench/results/gpu-
 - a raw deflate stream with its second half zeroed, and a truncated zstd frame at the end of
   its device buffer, make nvCOMP's kernels fault (``cudaErrorIllegalAddress`` or
   ``cudaErrorLaunchFailure``), nvCOMP's own Python API as much as the C API: the CUDA context
-  is lost for the rest of the process, and no check after the fact can run.
+  is lost for the rest of the process, and no check after the fact can run. zstd frames are
+  now walked block by block before nvCOMP sees them (``cuzarr.gpu.zstd_frames``, not yet run
+  on a GPU), which stops truncated ones; deflate has no such cheap structure.
 
 Tests of those cases run under the device simulator (which models what the CPU libraries
 reject) and are marked here on a real GPU, so that one bad stream does not end the suite.

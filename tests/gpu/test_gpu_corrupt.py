@@ -3,8 +3,9 @@
 Each kind of bad stream here "decoded" without any error through nvCOMP's Python API on the
 first real GPU run (bench/gpu_check/probe_errors.py): the batched C API's per-stream statuses
 and decoded sizes are what catch them (cuzarr.gpu.nvcomp_batched). The chunks beside the bad
-one still read. Two kinds fault nvCOMP itself on a real GPU (``FAULTING``); they run under the
-simulator only (tests/gpu/nvcomp_limits.py).
+one still read. A zeroed deflate tail faults nvCOMP itself on a real GPU (``FAULTING``): it runs
+under the simulator only (tests/gpu/nvcomp_limits.py). bench/gpu_check/run.sh runs this file in
+a process of its own, after the rest of the suite.
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ CASES = {
 
 
 #: Streams that fault nvCOMP 6.0.0 on a real GPU (tests/gpu/nvcomp_limits.py); the others
-#: were caught there by the decoded-size check (H200, 2026-12-04).
-FAULTING = {"zlib-zero-tail", "zstd-truncated"}
+#: were caught there by the decoded-size check (H200, 2026-12-04), and a truncated zstd frame,
+#: which faulted too, now stops at the frame walk before nvCOMP sees it.
+FAULTING = {"zlib-zero-tail"}
 
 
 def _data() -> np.ndarray:
@@ -94,3 +96,65 @@ def test_a_bad_stream_is_named_and_its_neighbours_read(tmp_path, case):
     assert isinstance(got, cp.ndarray)
     np.testing.assert_array_equal(cp.asnumpy(got), data[:N])
     np.testing.assert_array_equal(cp.asnumpy(a[2 * N :]), data[2 * N :])
+
+
+def test_truncated_zstd_frames_never_reach_nvcomp(tmp_path, sim):
+    # The frame walk (cuzarr_zstd_walk, one launch per wave) refuses it before the decode
+    # call: nvCOMP faulted on a truncated frame on the H200. (A zeroed tail inside a block
+    # keeps the block structure: the decoded size catches that one.)
+    compressor, spoil = CASES["zstd-truncated"]
+    z = zarr.create_array(
+        tmp_path / "a",
+        shape=(3 * N,),
+        chunks=(N,),
+        dtype="<i4",
+        zarr_format=2,
+        compressors=compressor,
+    )
+    z[...] = _data()
+    path = tmp_path / "a" / "1"
+    path.write_bytes(spoil(path.read_bytes()))
+    sim.reset()
+    with pytest.raises(CorruptChunkError, match=r"'1'"):
+        cuzarr.open(tmp_path / "a", device="gpu")[...]
+    assert [e.info["scalars"][-1] for e in sim.events if e.name == "cuzarr_zstd_walk"] == [3]
+    assert not [e for e in sim.events if e.kind == "decode"]
+
+
+def test_chunks_of_several_zstd_frames_are_decoded_on_the_cpu(tmp_path, sim):
+    z = zarr.create_array(
+        tmp_path / "a",
+        shape=(3 * N,),
+        chunks=(N,),
+        dtype="<i4",
+        zarr_format=2,
+        compressors=numcodecs.Zstd(level=1),
+    )
+    data = _data()
+    z[...] = data
+    # Chunk 1 as two frames (each half), which numcodecs and zarr read as one chunk.
+    half = data[N : N + N // 2].tobytes(), data[N + N // 2 : 2 * N].tobytes()
+    codec = numcodecs.Zstd(level=1)
+    (tmp_path / "a" / "1").write_bytes(b"".join(bytes(codec.encode(h)) for h in half))
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "a", mode="r")[...], data)
+    sim.reset()
+    got = cuzarr.open(tmp_path / "a", device="gpu")[...]
+    np.testing.assert_array_equal(cp.asnumpy(got), data)
+    assert cuzarr.stats()["gpu_cpu_decodes"] == 3  # the wave, on the CPU
+    assert not [e for e in sim.events if e.kind == "decode"]
+
+
+def test_a_zstd_header_longer_than_its_chunk_is_named(tmp_path):
+    z = zarr.create_array(
+        tmp_path / "a",
+        shape=(3 * N,),
+        chunks=(N,),
+        dtype="<i4",
+        zarr_format=2,
+        compressors=numcodecs.Zstd(level=1),
+    )
+    z[...] = _data()
+    # Magic number, then a descriptor promising a window byte and an 8-byte content size.
+    (tmp_path / "a" / "1").write_bytes(b"\x28\xb5\x2f\xfd\xc0\x00\x00\x00")
+    with pytest.raises(CorruptChunkError, match=r"'1'"):
+        cuzarr.open(tmp_path / "a", device="gpu")[...]

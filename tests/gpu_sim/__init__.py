@@ -52,19 +52,30 @@ _NAMES = (
 
 
 def data_transfers(kind: str) -> list[Event]:
-    """The ``kind`` transfers (``"h2d"`` or ``"d2h"``) other than nvCOMP's per-call bookkeeping.
+    """The ``kind`` transfers (``"h2d"`` or ``"d2h"``) other than the per-call bookkeeping.
 
     Each batched C decode call (a ``decode`` event with ``api="c"``, of ``n`` streams) uploads
     its pointer table (32 bytes a stream) and downloads the streams' statuses and decoded sizes
-    (16 bytes a stream), both pageable; exactly one of each must be recorded per call
-    (``AssertionError`` otherwise). The other transfers are returned, in order.
+    (16 bytes a stream); each ``cuzarr_zstd_walk`` launch over ``n`` frames uploads its table
+    (24 bytes a frame) and downloads its verdicts (8 bytes a frame); all pageable. Exactly one
+    of each must be recorded per call or launch (``AssertionError`` otherwise). The other
+    transfers are returned, in order.
     """
-    per_stream = {"h2d": 32, "d2h": 16}[kind]
+    per_item = {
+        "decode": {"h2d": 32, "d2h": 16},
+        "cuzarr_zstd_walk": {"h2d": 24, "d2h": 8},
+    }
     rest = [e for e in events if e.kind == kind]
-    for call in [e for e in events if e.kind == "decode" and e.info.get("api") == "c"]:
-        size = per_stream * call.info["n"]
-        match = [e for e in rest if not e.info["pinned"] and e.info["nbytes"] == size]
-        assert match, f"no {kind} of {size} bytes for the {call.name} decode call of {call.info}"
+    for e in events:
+        if e.kind == "decode" and e.info.get("api") == "c":
+            what, n = "decode", e.info["n"]
+        elif e.kind == "launch" and e.name == "cuzarr_zstd_walk":
+            what, n = e.name, e.info["scalars"][-1]
+        else:
+            continue
+        size = per_item[what][kind] * n
+        match = [t for t in rest if not t.info["pinned"] and t.info["nbytes"] == size]
+        assert match, f"no {kind} of {size} bytes for the {what} of {e.name} {e.info}"
         rest.remove(match[0])
     return rest
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from cuzarr.gpu import zstd_frames
+
 from ._events import record
 
 __all__ = ["Param", "launch", "parse"]
@@ -121,7 +123,8 @@ def launch(
                     + (f" of {a.dtype}" if isinstance(a, np.generic) else "")
                 )
             values.append(a.item())
-    record("launch", name, grid=g, block=b, shared_mem=shared_mem)
+    scalars = tuple(v for p, v in zip(params, values, strict=True) if not p.pointer)
+    record("launch", name, grid=g, block=b, shared_mem=shared_mem, scalars=scalars)
     _REFERENCES[name](*values)
 
 
@@ -253,10 +256,20 @@ def _crc(src, out, table, starts, bytes_table, x2n, nrows, total, seg, poly) -> 
     np.bitwise_xor.at(out, _at(out, r, "out"), c)
 
 
+def _zstd_walk(src, table, out, nrows) -> None:
+    rows = table.reshape(-1, 3)
+    for r in range(nrows):
+        start, end, checksum = (int(x) for x in rows[r])
+        if start < 0 or end > src.size:
+            raise IndexError(f"cuzarr_zstd_walk: row {r} [{start}, {end}) outside the buffer")
+        out[r] = zstd_frames.walk(src, start, end, bool(checksum))
+
+
 _REFERENCES = {
     "cuzarr_byte_unshuffle": _byte_unshuffle,
     "cuzarr_bit_unshuffle": _bit_unshuffle,
     "cuzarr_byteswap": _byteswap,
     "cuzarr_scatter": _scatter,
     "cuzarr_crc": _crc,
+    "cuzarr_zstd_walk": _zstd_walk,
 }

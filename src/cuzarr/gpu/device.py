@@ -54,10 +54,10 @@ from cuzarr.codecs.base import Buf
 from cuzarr.codecs.crc32c_ import Crc32cCodec
 from cuzarr.diagnostics import count
 from cuzarr.errors import CorruptChunkError, CuzarrError, UnsupportedError
-from cuzarr.gpu import blosc_frames, crc, nvcomp_batched, streams
+from cuzarr.gpu import blosc_frames, crc, nvcomp_batched, streams, zstd_frames
 from cuzarr.gpu.checksums import append_crc32c, checksums, verify_crc32c
 from cuzarr.gpu.files import ALIGN, DeviceChunk, aligned_slots, span, stream_prefix
-from cuzarr.gpu.launch import byteswap, copy_ranges, table_launch
+from cuzarr.gpu.launch import byteswap, copy_ranges, launch, table_launch
 from cuzarr.gpu.plan import GpuChain, pack
 
 __all__ = [
@@ -313,6 +313,8 @@ def _decode_device_chunks(chain: GpuChain, chunks: Sequence[DeviceChunk], nbytes
         located.append(stream)
     if comp is None:
         return [buf[o : o + nbytes] for o in offsets]
+    if comp == "zstd":
+        _walk_zstd_frames(buf, [c.head for c in chunks], offsets, located)
     lengths = [s.length for s in located]
     out, starts = decode_batch(_ALGORITHM[comp], buf, offsets, lengths, [nbytes] * len(chunks))
     if comp == "gzip":
@@ -321,6 +323,38 @@ def _decode_device_chunks(chain: GpuChain, chunks: Sequence[DeviceChunk], nbytes
             if got != stream.crc32:
                 raise CorruptChunkError(f"chunk #{i}: gzip stream: CRC-32 mismatch")
     return [out[s : s + nbytes] for s in starts]
+
+
+def _walk_zstd_frames(
+    buf: Any, heads: Sequence[Buf], offsets: Sequence[int], located: Sequence[streams.RawStream]
+) -> None:
+    """Check that each zstd frame's blocks end where its chunk does, in one launch.
+
+    nvCOMP's decoder can fault the CUDA context on a truncated frame (zstd_frames); a frame
+    that fails the walk is a corrupt chunk, one followed by more bytes goes to the CPU.
+    """
+    rows = np.empty((len(offsets), 3), np.int64)
+    for i, (head, offset, stream) in enumerate(zip(heads, offsets, located, strict=True)):
+        try:
+            first = zstd_frames.header_length(memoryview(head).cast("B"))
+        except CorruptChunkError as exc:
+            raise CorruptChunkError(f"chunk #{i}: {exc}") from exc
+        rows[i] = (offset + first, offset + stream.length, int(stream.zstd_checksum))
+    verdicts = cupy.zeros(len(offsets), cupy.int64)
+    launch("cuzarr_zstd_walk", len(offsets), buf, cupy.asarray(rows), verdicts, np.int64(len(rows)))
+    for i, verdict in enumerate(verdicts.get().tolist()):
+        _zstd_verdict(i, verdict)
+
+
+def _zstd_verdict(i: int, verdict: int) -> None:
+    """Raise for chunk ``i`` what a walk's verdict means (nothing for ``OK``)."""
+    if verdict == zstd_frames.BROKEN:
+        raise CorruptChunkError(
+            f"chunk #{i}: zstd frame: its blocks do not end where the chunk does"
+            " (truncated or damaged)"
+        )
+    if verdict == zstd_frames.MORE:
+        raise UnsupportedError(f"chunk #{i}: bytes follow the zstd frame: decoded on the CPU")
 
 
 # ---------------------------------------------------------------------- chunk decode
@@ -415,6 +449,8 @@ def _decode_blosc(chain: GpuChain, raws: Sequence[Buf], nbytes: int) -> list[Any
             if name == "zlib":
                 loc = streams.locate_zlib(body)
                 body = body[loc.offset : loc.offset + loc.length]
+            elif name == "zstd":
+                _walk_on_host(body, i)
             by_algo.setdefault(_ALGORITHM[name], []).append((len(parts), dst, int(s["dst_size"])))
             parts.append(body)
         if frame.needs_unshuffle:
@@ -445,6 +481,16 @@ def _decode_blosc(chain: GpuChain, raws: Sequence[Buf], nbytes: int) -> list[Any
                 table = np.array(rows, np.int64)
                 table_launch(kernel, shuffled, out, table, table[:, 2].copy())
     return [out[i * nbytes : (i + 1) * nbytes] for i in range(len(raws))]
+
+
+def _walk_on_host(frame: memoryview, i: int) -> None:
+    """:func:`_walk_zstd_frames` for one zstd frame the host holds (a Blosc stream)."""
+    try:
+        first = zstd_frames.header_length(frame)
+    except CorruptChunkError as exc:
+        raise CorruptChunkError(f"chunk #{i}: {exc}") from exc
+    checksum = bool(frame[4] & 0x04)
+    _zstd_verdict(i, zstd_frames.walk(frame, first, len(frame), checksum))
 
 
 def to_chunk(chain: GpuChain, flat: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:

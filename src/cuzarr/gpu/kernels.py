@@ -11,6 +11,7 @@ kernel                        reference
 ``cuzarr_byteswap``           :func:`~cuzarr.gpu.plan.byteswap_indices`
 ``cuzarr_scatter``            :func:`~cuzarr.gpu.plan.scatter_indices`
 ``cuzarr_crc``                :mod:`cuzarr.gpu.crc` (one thread per segment)
+``cuzarr_zstd_walk``          :func:`~cuzarr.gpu.zstd_frames.walk` (one thread per frame)
 ============================  =======================================
 
 The batched unshuffle kernels take a table of blocks (one row per Blosc block of every frame
@@ -21,7 +22,9 @@ test suite compiles these sources with the host C++ compiler (kernel qualifiers 
 to catch syntax errors before a GPU run, and runs ``cuzarr_crc`` there, thread by thread,
 against the ``crc32c`` package and :func:`zlib.crc32`.
 
-Not verified on a GPU yet: launch configurations and throughput (see docs/gpu.md).
+The first five ran on an H200 (2026-12-04) and matched their references there;
+``cuzarr_zstd_walk`` has not run on a GPU yet (its C source runs as host C++ in
+tests/test_zstd_frames.py).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ KERNEL_NAMES = (
     "cuzarr_byteswap",
     "cuzarr_scatter",
     "cuzarr_crc",
+    "cuzarr_zstd_walk",
 )
 
 #: Columns of the int64 range table ``cuzarr_crc`` reads (one row per range).
@@ -180,6 +184,35 @@ extern "C" __global__ void cuzarr_crc(
         c = cuzarr_crc_shift(c, row[1] - off - n, x2n, poly);
         if (k == 0) c ^= 0xFFFFFFFFu;
         atomicXor(out + r, c);
+    }
+}
+
+// Walk the block headers of zstd frames (RFC 8878 3.1.1.2), one thread per frame. Row r of
+// table: first block header, end of the frame, 1 if a 4-byte checksum ends it. out[r]: 0 the
+// blocks end exactly at the end (before the checksum); 1 they do not (truncated, overlong, a
+// reserved block type, a block over 128 KiB); 2 bytes follow the last block. Each step
+// advances at least 3 bytes, so every walk ends.
+extern "C" __global__ void cuzarr_zstd_walk(
+        const u8* src, const i64* table, i64* out, i64 nrows) {
+    for (i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x; r < nrows;
+         r += (i64)blockDim.x * gridDim.x) {
+        i64 pos = table[3 * r];
+        i64 end = table[3 * r + 1];
+        i64 tail = table[3 * r + 2] ? 4 : 0;
+        i64 verdict = 1;
+        while (pos + 3 <= end) {
+            u32 h = (u32)src[pos] | ((u32)src[pos + 1] << 8) | ((u32)src[pos + 2] << 16);
+            u32 kind = (h >> 1) & 3u;
+            u32 size = h >> 3;
+            if (kind == 3u || size > 131072u) break;
+            pos += 3 + (kind == 1u ? 1 : (i64)size);
+            if (h & 1u) {
+                if (pos + tail == end) verdict = 0;
+                else if (pos + tail < end) verdict = 2;
+                break;
+            }
+        }
+        out[r] = verdict;
     }
 }
 """

@@ -269,6 +269,13 @@ def locate_parts(
     if expected_size is not None and raw.decoded_size is not None:
         declared = raw.decoded_size
         want = expected_size & 0xFFFFFFFF if compressor == "gzip" else expected_size
+        if compressor == "zstd" and declared < want:
+            # Its first frame may be one of several (numcodecs and zarr read those): the
+            # CPU decodes it, and says if it is corrupt.
+            raise UnsupportedError(
+                f"zstd frame declares {declared} of {expected_size} decoded bytes"
+                " (several frames?): decoded on the CPU"
+            )
         if declared != want:
             raise _corrupt(
                 compressor, f"declares {declared} decoded bytes, expected {expected_size}"
