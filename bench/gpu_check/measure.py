@@ -132,6 +132,18 @@ def end_to_end(
     t_gpu = best(lambda: gpu.read(..., out=out))
     step = max(1, n // 1_000_003)
     ok = bool((out[::step].get() == data[::step]).all())
+    # The same read with the chunk files read on the host (the engine's threads) and uploaded
+    # once per wave (pinned), instead of kvikio's reads into device memory: the question when
+    # kvikio runs in compatibility mode (no GDS). Bench-only switch: fetch declines.
+    from cuzarr.gpu.backend import GpuBackend
+
+    kvikio_fetch = GpuBackend.fetch
+    GpuBackend.fetch = lambda self, store, keys, codec: None  # type: ignore[method-assign]
+    try:
+        t_gpu_host_reads = best(lambda: gpu.read(..., out=out))
+    finally:
+        GpuBackend.fetch = kvikio_fetch  # type: ignore[method-assign]
+    ok = ok and bool((out[::step].get() == data[::step]).all())
     # What device="auto" runs past a crossover: decoded on the GPU, NumPy results.
     host = cuzarr.open(path, device="auto", settings=replace(settings, gpu_crossover_bytes=1))
     host_out = np.empty(n, "u2")
@@ -144,6 +156,8 @@ def end_to_end(
         "chunk_bytes": chunk * 2,  # decoded bytes of one (inner) chunk: what the crossover means
         "stored": stored,
         "gpu_s": t_gpu,
+        "gpu_host_reads_s": t_gpu_host_reads,
+        "gpu_host_reads_over_kvikio": t_gpu / t_gpu_host_reads,
         "cpu_s": t_cpu,
         "gpu_host_s": t_host,
         "gpu_host_backend": host._engine.backend.name,
