@@ -108,6 +108,52 @@ def test_simulator_codec_takes_the_documented_options_only(sim_modules):
         codec.decode([])  # a list is no declared overload
 
 
+@pytest.mark.parametrize("name", sorted(FACTS["c_declarations"]["functions"]))
+def test_simulator_c_functions_take_the_headers_parameters(sim_modules, name):
+    # Each C parameter of nvCOMP's header, in order, as the simulator's stand-in checks it
+    # (and so as cuzarr.gpu.nvcomp_batched must declare it): size_t by value, the options
+    # struct by value, the temp-size query's host size_t*, every other pointer (device
+    # memory) and the stream as void*.
+    from gpu_sim import _libnvcomp
+
+    declared = FACTS["c_declarations"]["functions"][name]
+    sim = getattr(_libnvcomp.load_library(), name)._params
+    assert len(sim) == len(declared), name
+    for (ctype, pname), kind in zip(declared, sim, strict=True):
+        if ctype == "size_t":
+            want = _libnvcomp._SIZE_T
+        elif ctype.endswith("DecompressOpts_t"):
+            want = _libnvcomp._OPTS
+        elif ctype == "size_t*" and pname == "temp_bytes":
+            want = _libnvcomp._SIZE_T_P
+        elif ctype.endswith("*") or ctype.endswith("* const") or ctype == "cudaStream_t":
+            want = _libnvcomp._VOID_P
+        else:
+            raise AssertionError(f"{name}: no simulator kind for {ctype} {pname}")
+        assert kind is want, f"{name}: {ctype} {pname} is {want}, the simulator has {kind}"
+
+
+def test_option_structs_are_64_zeroable_bytes(sim_modules):
+    # Every field is a 4-byte enum or int (all zero by default in the headers) or reserved
+    # bytes: 64 bytes each, the size cuzarr passes by value.
+    import ctypes
+
+    from cuzarr.gpu import nvcomp_batched
+
+    for name, fields in FACTS["c_declarations"]["structs"].items():
+        size = sum(n if ftype == "char" else 4 for ftype, _, n in fields)
+        assert size == 64, name
+        assert [f for f in fields if f[0] == "char"] == [
+            ["char", "reserved", size - 4 * (len(fields) - 1)]
+        ]
+    assert ctypes.sizeof(nvcomp_batched.DecompressOpts) == 64
+    assert sorted(nvcomp_batched.ALGORITHMS) == sorted(
+        n.removeprefix("nvcompBatched").removesuffix("DecompressAsync")
+        for n in FACTS["c_declarations"]["functions"]
+        if n.endswith("DecompressAsync")
+    )
+
+
 def test_facts_file_matches_the_real_modules():
     python = os.environ.get("CUZARR_GPU_API_PYTHON")
     if not python:
@@ -120,6 +166,6 @@ def test_facts_file_matches_the_real_modules():
         env={**os.environ, "PYTHONPATH": ""},
     )
     real = json.loads(proc.stdout)
-    for key in ("callables", "classes", "enums", "subclasses", "codec_options"):
+    for key in ("callables", "classes", "enums", "subclasses", "codec_options", "c_declarations"):
         assert real[key] == FACTS[key], f"api_facts.json is stale in '{key}': make gpu-api-facts"
     assert sys.version_info >= (3, 12)

@@ -16,10 +16,12 @@ this file against the real modules (where they are installed).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import json
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 #: Callables whose signatures the simulator must accept exactly: "module:qualname".
@@ -57,6 +59,15 @@ CALLABLES = [
 CLASSES = ["nvidia.nvcomp:Array", "nvidia.nvcomp:BatchArray", "nvidia.nvcomp:Codec"]
 #: Subclasses of other packages' classes whose bases and own methods the simulator's must equal.
 SUBCLASSES = ["kvikio.zarr:GDSStore"]
+#: nvCOMP C functions (``nvidia.libnvcomp``'s headers) whose parameter lists the simulator's
+#: stand-ins must equal, and the option structs they take by value.
+C_ALGORITHMS = ("Zstd", "LZ4", "Deflate", "Snappy")
+C_FUNCTIONS = [
+    f"nvcompBatched{a}{suffix}"
+    for a in C_ALGORITHMS
+    for suffix in ("DecompressGetTempSize", "DecompressAsync")
+]
+C_STRUCTS = [f"nvcompBatched{a}DecompressOpts_t" for a in C_ALGORITHMS]
 #: Enums whose members the simulator's must equal.
 ENUMS = ["nvidia.nvcomp:BitstreamKind", "nvidia.nvcomp:ChecksumPolicy"]
 
@@ -164,6 +175,54 @@ def codec_options() -> list[str]:
     return sorted(set(re.findall(r"^\s+(\w+): ", doc, flags=re.M)))
 
 
+def _headers(include: str | None = None) -> str:
+    """The text of nvCOMP's algorithm headers (from the installed ``nvidia.libnvcomp``)."""
+    if include is None:
+        spec = importlib.util.find_spec("nvidia.libnvcomp")
+        assert spec is not None and spec.submodule_search_locations
+        include = str(Path(next(iter(spec.submodule_search_locations))) / "include" / "nvcomp")
+    names = ("zstd.h", "lz4.h", "deflate.h", "snappy.h")
+    return "\n".join((Path(include) / n).read_text() for n in names)
+
+
+def _normalize(decl: str) -> str:
+    return re.sub(r"\s*\*\s*", "* ", re.sub(r"\s+", " ", decl)).strip()
+
+
+def c_declarations(include: str | None = None) -> dict[str, Any]:
+    """Parameter lists of :data:`C_FUNCTIONS` and fields of :data:`C_STRUCTS`, from headers.
+
+    A parameter is ``[type, name]`` (whitespace and ``const`` placement normalized: ``const
+    void* const* device_compressed_chunk_ptrs``); a field ``[type, name, array length]``.
+    """
+    text = re.sub(r"/\*.*?\*/|//[^\n]*", "", _headers(include), flags=re.S)
+    functions = {}
+    for name in C_FUNCTIONS:
+        m = re.search(rf"nvcompStatus_t\s+{name}\s*\((.*?)\)\s*;", text, flags=re.S)
+        assert m is not None, f"{name} not declared"
+        params = []
+        for p in _split_params(m.group(1)):
+            decl = _normalize(p)
+            ptype, _, pname = decl.rpartition(" ")
+            params.append([ptype.strip(), pname])
+        functions[name] = params
+    structs = {}
+    for name in C_STRUCTS:
+        m = re.search(r"typedef struct\s*\{([^}]*)\}\s*" + name + r"\s*;", text, flags=re.S)
+        assert m is not None, f"{name} not declared"
+        fields = []
+        for f in m.group(1).split(";"):
+            decl = _normalize(f)
+            if not decl:
+                continue
+            n = re.search(r"\[(\d+)\]$", decl)
+            decl = decl[: n.start()] if n else decl
+            ftype, _, fname = decl.rpartition(" ")
+            fields.append([ftype, fname, int(n.group(1)) if n else 0])
+        structs[name] = fields
+    return {"functions": functions, "structs": structs}
+
+
 def collect() -> dict[str, Any]:
     """Every fact, from whatever modules are importable as ``nvidia.nvcomp``, ``kvikio``..."""
     return {
@@ -174,6 +233,7 @@ def collect() -> dict[str, Any]:
         "enums": {spec: sorted(resolve(spec).__members__) for spec in ENUMS},
         "subclasses": {spec: subclass_layout(spec) for spec in SUBCLASSES},
         "codec_options": codec_options(),
+        "c_declarations": c_declarations(),
     }
 
 
