@@ -317,6 +317,14 @@ def test_zstd_frames(checksum):
     # Fewer bytes than the chunk: perhaps the first of several frames, left to the CPU.
     with pytest.raises(UnsupportedError, match="several frames"):
         streams.locate("zstd", enc, 2 * len(payload))
+    # A skippable frame first (numcodecs reads past it; nvCOMP starts at a frame): the CPU's.
+    for magic in (0x184D2A50, 0x184D2A5F):
+        skip = struct.pack("<II", magic, 3) + b"abc"
+        assert numcodecs.Zstd().decode(skip + bytes(enc)) == payload
+        with pytest.raises(UnsupportedError, match="skippable"):
+            streams.locate("zstd", skip + bytes(enc), len(payload))
+    with pytest.raises(CorruptChunkError, match="magic"):
+        streams.locate("zstd", struct.pack("<II", 0x184D2A60, 3) + b"abc" + bytes(enc))
 
 
 @pytest.mark.parametrize(

@@ -158,3 +158,25 @@ def test_a_zstd_header_longer_than_its_chunk_is_named(tmp_path):
     (tmp_path / "a" / "1").write_bytes(b"\x28\xb5\x2f\xfd\xc0\x00\x00\x00")
     with pytest.raises(CorruptChunkError, match=r"'1'"):
         cuzarr.open(tmp_path / "a", device="gpu")[...]
+
+
+def test_chunks_starting_with_a_skippable_frame_are_decoded_on_the_cpu(tmp_path):
+    # Valid for numcodecs and zarr, which read past the skippable frame; nvCOMP's RAW zstd
+    # starts at a frame, so the wave is decoded on the CPU (it was reported as a GPU failure).
+    z = zarr.create_array(
+        tmp_path / "a",
+        shape=(3 * N,),
+        chunks=(N,),
+        dtype="<i4",
+        zarr_format=2,
+        compressors=numcodecs.Zstd(level=1),
+    )
+    data = _data()
+    z[...] = data
+    path = tmp_path / "a" / "1"
+    path.write_bytes(b"\x50\x2a\x4d\x18\x04\x00\x00\x00meta" + path.read_bytes())
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "a", mode="r")[...], data)
+    cuzarr.reset_stats()
+    got = cuzarr.open(tmp_path / "a", device="gpu")[...]
+    np.testing.assert_array_equal(cp.asnumpy(got), data)
+    assert cuzarr.stats()["gpu_cpu_decodes"] == 3

@@ -38,6 +38,8 @@ __all__ = [
 
 _FTEXT, _FHCRC, _FEXTRA, _FNAME, _FCOMMENT = 1, 2, 4, 8, 16
 _ZSTD_MAGIC = 0xFD2FB528
+#: Skippable frames' magic numbers are 0x184D2A50 to 0x184D2A5F.
+_SKIPPABLE_MAGIC = 0x184D2A50
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,7 +185,11 @@ def locate_zstd(data: Buf) -> RawStream:
 
 
 def _zstd(head: memoryview, tail: memoryview, n: int) -> RawStream:
-    if n < 6 or len(head) < 6 or int.from_bytes(head[:4], "little") != _ZSTD_MAGIC:
+    magic = int.from_bytes(head[:4], "little") if len(head) >= 4 else None
+    if magic is not None and magic & 0xFFFFFFF0 == _SKIPPABLE_MAGIC and n >= 8:
+        # numcodecs and zarr read past a skippable frame; nvCOMP's RAW zstd starts at a frame.
+        raise UnsupportedError("zstd chunk starts with a skippable frame: decoded on the CPU")
+    if n < 6 or len(head) < 6 or magic != _ZSTD_MAGIC:
         raise _corrupt("zstd", "bad magic number")
     fhd = head[4]
     if fhd & 0x08:
