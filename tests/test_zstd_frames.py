@@ -10,8 +10,6 @@ verdict for every frame here.
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -19,7 +17,8 @@ import zstandard
 
 from cuzarr.errors import CorruptChunkError
 from cuzarr.gpu import zstd_frames
-from cuzarr.gpu.zstd_frames import BROKEN, MORE, OK, header_length, walk
+from cuzarr.gpu.zstd_frames import BROKEN, MORE, OK, header_length, walk, walk_frame
+from kernel_host import host_kernel
 
 
 def _payloads() -> dict[str, bytes]:
@@ -50,16 +49,11 @@ def _frames() -> dict[str, bytes]:
 FRAMES = _frames()
 
 
-def _walk(frame: bytes) -> int:
-    fhd = frame[4]
-    return walk(frame, header_length(frame), len(frame), bool(fhd & 0x04))
-
-
 @pytest.mark.parametrize("name", sorted(FRAMES))
 def test_every_frame_libzstd_writes_walks_to_its_end(name):
     frame = FRAMES[name]
     assert zstandard.ZstdDecompressor().decompressobj().decompress(frame) is not None
-    assert _walk(frame) == OK
+    assert walk_frame(frame) == OK
 
 
 def test_header_lengths_of_every_layout():
@@ -70,7 +64,7 @@ def test_header_lengths_of_every_layout():
         params = zstandard.ZstdCompressionParameters.from_level(3, source_size=size)
         frame = zstandard.ZstdCompressor(compression_params=params).compress(b"a" * size)
         layouts.add(frame[4] & 0xE3)
-        assert _walk(frame) == OK
+        assert walk_frame(frame) == OK
     layouts.add(FRAMES["ramp-stream"][4] & 0xE3)
     assert layouts == {0x20, 0x60, 0xA0, 0x80, 0x00}
     for frame in [*FRAMES.values()]:
@@ -88,7 +82,7 @@ def test_header_lengths_of_every_layout():
     d = zstandard.train_dictionary(4096, samples)
     frame = zstandard.ZstdCompressor(dict_data=d).compress(b"abc" * 100)
     assert frame[4] & 3  # a dictionary id is present
-    assert _walk(frame) == OK
+    assert walk_frame(frame) == OK
 
 
 @pytest.mark.parametrize("name", ["ramp-l3", "random-l1", "mixed-checksum", "empty-l1", "rle-l3"])
@@ -128,54 +122,15 @@ def test_short_headers_are_corrupt():
 
 # ---------------------------------------------------------------------- the kernel's C source
 
-HARNESS = r"""
-#include <cstdint>
-#define __global__
-#define __device__
-#define __forceinline__ inline
-struct dim3_ { unsigned x, y, z; };
-static dim3_ blockIdx, blockDim, threadIdx, gridDim;
-static unsigned atomicXor(unsigned* address, unsigned value) {
-    unsigned old = *address;
-    *address = old ^ value;
-    return old;
-}
-"""
-
-DRIVER = r"""
-extern "C" void run_walk(const u8* src, const i64* table, i64* out, i64 nrows,
-                         unsigned grid, unsigned block) {
-    gridDim.x = grid; blockDim.x = block; gridDim.y = gridDim.z = blockDim.y = blockDim.z = 1;
-    for (unsigned b = 0; b < grid; ++b) {
-        for (unsigned t = 0; t < block; ++t) {
-            blockIdx.x = b; threadIdx.x = t;
-            cuzarr_zstd_walk(src, table, out, nrows);
-        }
-    }
-}
-"""
-
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
-    cxx = shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler to run the kernel source")
-    from cuzarr.gpu.kernels import SOURCE
-
-    lib = tmp_path_factory.mktemp("walk-kernel") / "walk.so"
-    proc = subprocess.run(
-        [cxx, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-x", "c++", "-", "-o", str(lib)],
-        input=HARNESS + SOURCE + DRIVER,
-        capture_output=True,
-        text=True,
-        check=False,
+    return host_kernel(
+        tmp_path_factory.mktemp("walk-kernel"),
+        "cuzarr_zstd_walk",
+        "const u8* src, const i64* table, i64* out, i64 nrows",
+        [ctypes.c_void_p] * 3 + [ctypes.c_int64],
     )
-    assert proc.returncode == 0, proc.stderr
-    fn = ctypes.CDLL(str(lib)).run_walk
-    fn.restype = None
-    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64, ctypes.c_uint, ctypes.c_uint]
-    return fn
 
 
 def test_the_kernel_gives_the_walks_verdicts(kernel):

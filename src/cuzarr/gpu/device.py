@@ -41,7 +41,7 @@ before any decode.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import cupy
@@ -335,15 +335,20 @@ def _walk_zstd_frames(
     """
     rows = np.empty((len(offsets), 3), np.int64)
     for i, (head, offset, stream) in enumerate(zip(heads, offsets, located, strict=True)):
-        try:
-            first = zstd_frames.header_length(memoryview(head).cast("B"))
-        except CorruptChunkError as exc:
-            raise CorruptChunkError(f"chunk #{i}: {exc}") from exc
+        first = _of_chunk(i, zstd_frames.header_length, memoryview(head).cast("B"))
         rows[i] = (offset + first, offset + stream.length, int(stream.zstd_checksum))
     verdicts = cupy.zeros(len(offsets), cupy.int64)
     launch("cuzarr_zstd_walk", len(offsets), buf, cupy.asarray(rows), verdicts, np.int64(len(rows)))
     for i, verdict in enumerate(verdicts.get().tolist()):
         _zstd_verdict(i, verdict)
+
+
+def _of_chunk(i: int, fn: Callable[[memoryview], int], frame: memoryview) -> int:
+    """``fn(frame)``, a ``CorruptChunkError`` it raises named as chunk ``i``'s."""
+    try:
+        return fn(frame)
+    except CorruptChunkError as exc:
+        raise CorruptChunkError(f"chunk #{i}: {exc}") from exc
 
 
 def _zstd_verdict(i: int, verdict: int) -> None:
@@ -449,8 +454,8 @@ def _decode_blosc(chain: GpuChain, raws: Sequence[Buf], nbytes: int) -> list[Any
             if name == "zlib":
                 loc = streams.locate_zlib(body)
                 body = body[loc.offset : loc.offset + loc.length]
-            elif name == "zstd":
-                _walk_on_host(body, i)
+            elif name == "zstd":  # walked on the host here, as _walk_zstd_frames does
+                _zstd_verdict(i, _of_chunk(i, zstd_frames.walk_frame, body))
             by_algo.setdefault(_ALGORITHM[name], []).append((len(parts), dst, int(s["dst_size"])))
             parts.append(body)
         if frame.needs_unshuffle:
@@ -481,16 +486,6 @@ def _decode_blosc(chain: GpuChain, raws: Sequence[Buf], nbytes: int) -> list[Any
                 table = np.array(rows, np.int64)
                 table_launch(kernel, shuffled, out, table, table[:, 2].copy())
     return [out[i * nbytes : (i + 1) * nbytes] for i in range(len(raws))]
-
-
-def _walk_on_host(frame: memoryview, i: int) -> None:
-    """:func:`_walk_zstd_frames` for one zstd frame the host holds (a Blosc stream)."""
-    try:
-        first = zstd_frames.header_length(frame)
-    except CorruptChunkError as exc:
-        raise CorruptChunkError(f"chunk #{i}: {exc}") from exc
-    checksum = bool(frame[4] & 0x04)
-    _zstd_verdict(i, zstd_frames.walk(frame, first, len(frame), checksum))
 
 
 def to_chunk(chain: GpuChain, flat: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from cuzarr.errors import CorruptChunkError
 
-__all__ = ["BROKEN", "MORE", "OK", "header_length", "walk"]
+__all__ = ["BROKEN", "MORE", "OK", "header_length", "walk", "walk_frame"]
 
 #: Verdicts of :func:`walk` (and of the kernel): the blocks end exactly at the frame's end
 #: (before its checksum); they do not (truncated, overlong, a reserved block type or a block
@@ -61,3 +61,14 @@ def walk(data: bytes | memoryview, start: int, end: int, checksum: bool) -> int:
                 return OK
             return MORE if pos + tail < end else BROKEN
     return BROKEN
+
+
+def walk_frame(frame: bytes | memoryview) -> int:
+    """:func:`walk` of a whole frame in hand: its header and checksum flag read from it.
+
+    Raises
+    ------
+    CorruptChunkError
+        When the frame is shorter than the header it declares.
+    """
+    return walk(frame, header_length(frame), len(frame), bool(frame[4] & 0x04))
