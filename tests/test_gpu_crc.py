@@ -11,8 +11,6 @@ the thread count (the grid-stride loop).
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 import zlib
 
 import crc32c
@@ -20,57 +18,18 @@ import numpy as np
 import pytest
 
 from cuzarr.gpu import crc
-
-HARNESS = r"""
-#include <cstdint>
-#define __global__
-#define __device__
-#define __forceinline__ inline
-struct dim3_ { unsigned x, y, z; };
-static dim3_ blockIdx, blockDim, threadIdx, gridDim;
-static unsigned atomicXor(unsigned* address, unsigned value) {
-    unsigned old = *address;
-    *address = old ^ value;
-    return old;
-}
-"""
-
-DRIVER = r"""
-extern "C" void run_crc(const u8* src, u32* out, const i64* table, const i64* starts,
-                        const u32* bytes_table, const u32* x2n, i64 nrows, i64 total, i64 seg,
-                        u32 poly, unsigned grid, unsigned block) {
-    gridDim.x = grid; blockDim.x = block; gridDim.y = gridDim.z = blockDim.y = blockDim.z = 1;
-    for (unsigned b = 0; b < grid; ++b) {
-        for (unsigned t = 0; t < block; ++t) {
-            blockIdx.x = b; threadIdx.x = t;
-            cuzarr_crc(src, out, table, starts, bytes_table, x2n, nrows, total, seg, poly);
-        }
-    }
-}
-"""
+from kernel_host import host_kernel
 
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
-    cxx = shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler to run the kernel source")
-    from cuzarr.gpu.kernels import SOURCE
-
-    folder = tmp_path_factory.mktemp("crc-kernel")
-    lib = folder / "crc.so"
-    proc = subprocess.run(
-        [cxx, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-x", "c++", "-", "-o", str(lib)],
-        input=HARNESS + SOURCE + DRIVER,
-        capture_output=True,
-        text=True,
-        check=False,
+    return host_kernel(
+        tmp_path_factory.mktemp("crc-kernel"),
+        "cuzarr_crc",
+        "const u8* src, u32* out, const i64* table, const i64* starts, const u32* bytes_table,"
+        " const u32* x2n, i64 nrows, i64 total, i64 seg, u32 poly",
+        [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 3 + [ctypes.c_uint32],
     )
-    assert proc.returncode == 0, proc.stderr
-    fn = ctypes.CDLL(str(lib)).run_crc
-    fn.restype = None
-    fn.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 3 + [ctypes.c_uint32] * 3
-    return fn
 
 
 def run(kernel, data: bytes, ranges, poly: int, *, grid=None, block=256):
@@ -83,9 +42,18 @@ def run(kernel, data: bytes, ranges, poly: int, *, grid=None, block=256):
     if grid is None:
         grid = max(1, (total + block - 1) // block)
     kernel(
-        src.ctypes.data, out.ctypes.data, table.ctypes.data, starts.ctypes.data,
-        bytes_table.ctypes.data, x2n.ctypes.data, len(table), total, crc.SEGMENT, poly,
-        grid, block,
+        src.ctypes.data,
+        out.ctypes.data,
+        table.ctypes.data,
+        starts.ctypes.data,
+        bytes_table.ctypes.data,
+        x2n.ctypes.data,
+        len(table),
+        total,
+        crc.SEGMENT,
+        poly,
+        grid,
+        block,
     )
     return out.tolist()
 

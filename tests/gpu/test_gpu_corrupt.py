@@ -65,21 +65,26 @@ def _data() -> np.ndarray:
     return (np.arange(3 * N, dtype="<i4") % 1000) * 3 + rng.integers(0, 4, 3 * N, dtype="<i4")
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_a_bad_stream_is_named_and_its_neighbours_read(tmp_path, case):
-    if case in FAULTING:
-        skip_if_it_faults()
-    compressor, spoil = CASES[case]
-    z = zarr.create_array(
+def _written(tmp_path, compressor) -> np.ndarray:
+    """A zarr v2 array of three chunks at ``tmp_path / "a"``, written by zarr; its data."""
+    data = _data()
+    zarr.create_array(
         tmp_path / "a",
         shape=(3 * N,),
         chunks=(N,),
         dtype="<i4",
         zarr_format=2,
         compressors=compressor,
-    )
-    data = _data()
-    z[...] = data
+    )[...] = data
+    return data
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_bad_stream_is_named_and_its_neighbours_read(tmp_path, case):
+    if case in FAULTING:
+        skip_if_it_faults()
+    compressor, spoil = CASES[case]
+    data = _written(tmp_path, compressor)
     path = tmp_path / "a" / "1"
     blob = path.read_bytes()
     bad = spoil(blob)
@@ -103,15 +108,7 @@ def test_truncated_zstd_frames_never_reach_nvcomp(tmp_path, sim):
     # call: nvCOMP faulted on a truncated frame on the H200. (A zeroed tail inside a block
     # keeps the block structure: the decoded size catches that one.)
     compressor, spoil = CASES["zstd-truncated"]
-    z = zarr.create_array(
-        tmp_path / "a",
-        shape=(3 * N,),
-        chunks=(N,),
-        dtype="<i4",
-        zarr_format=2,
-        compressors=compressor,
-    )
-    z[...] = _data()
+    _written(tmp_path, compressor)
     path = tmp_path / "a" / "1"
     path.write_bytes(spoil(path.read_bytes()))
     sim.reset()
@@ -122,16 +119,7 @@ def test_truncated_zstd_frames_never_reach_nvcomp(tmp_path, sim):
 
 
 def test_chunks_of_several_zstd_frames_are_decoded_on_the_cpu(tmp_path, sim):
-    z = zarr.create_array(
-        tmp_path / "a",
-        shape=(3 * N,),
-        chunks=(N,),
-        dtype="<i4",
-        zarr_format=2,
-        compressors=numcodecs.Zstd(level=1),
-    )
-    data = _data()
-    z[...] = data
+    data = _written(tmp_path, numcodecs.Zstd(level=1))
     # Chunk 1 as two frames (each half), which numcodecs and zarr read as one chunk.
     half = data[N : N + N // 2].tobytes(), data[N + N // 2 : 2 * N].tobytes()
     codec = numcodecs.Zstd(level=1)
@@ -145,15 +133,7 @@ def test_chunks_of_several_zstd_frames_are_decoded_on_the_cpu(tmp_path, sim):
 
 
 def test_a_zstd_header_longer_than_its_chunk_is_named(tmp_path):
-    z = zarr.create_array(
-        tmp_path / "a",
-        shape=(3 * N,),
-        chunks=(N,),
-        dtype="<i4",
-        zarr_format=2,
-        compressors=numcodecs.Zstd(level=1),
-    )
-    z[...] = _data()
+    _written(tmp_path, numcodecs.Zstd(level=1))
     # Magic number, then a descriptor promising a window byte and an 8-byte content size.
     (tmp_path / "a" / "1").write_bytes(b"\x28\xb5\x2f\xfd\xc0\x00\x00\x00")
     with pytest.raises(CorruptChunkError, match=r"'1'"):
@@ -163,16 +143,7 @@ def test_a_zstd_header_longer_than_its_chunk_is_named(tmp_path):
 def test_chunks_starting_with_a_skippable_frame_are_decoded_on_the_cpu(tmp_path):
     # Valid for numcodecs and zarr, which read past the skippable frame; nvCOMP's RAW zstd
     # starts at a frame, so the wave is decoded on the CPU (it was reported as a GPU failure).
-    z = zarr.create_array(
-        tmp_path / "a",
-        shape=(3 * N,),
-        chunks=(N,),
-        dtype="<i4",
-        zarr_format=2,
-        compressors=numcodecs.Zstd(level=1),
-    )
-    data = _data()
-    z[...] = data
+    data = _written(tmp_path, numcodecs.Zstd(level=1))
     path = tmp_path / "a" / "1"
     path.write_bytes(b"\x50\x2a\x4d\x18\x04\x00\x00\x00meta" + path.read_bytes())
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "a", mode="r")[...], data)
