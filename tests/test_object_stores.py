@@ -447,6 +447,48 @@ def test_groups_open_without_listing(service: Service) -> None:
     assert not [r for r in service.log.entries if r.method not in ("GET", "HEAD")]
 
 
+def test_get_many_sends_its_requests_together(service: Service) -> None:
+    from cuzarr.stores.targets import resolve_target
+
+    bucket = service.new_bucket()
+    blobs = {f"m/k{i}": bytes([i + 1]) * (10 + i) for i in range(4)}
+    for key, value in blobs.items():
+        service.put_raw(bucket, key, value)
+    handle = resolve_target(service.url(bucket), read_only=True,
+                            storage_options=service.options())
+    store = handle.chunk_store()
+    keys = [*blobs, "m/none"]
+    service.log.clear()
+    if service.name == "http":
+        service.log.delay = 0.3  # long enough that requests sent together overlap
+    got = store.get_many(keys)
+    assert [None if g is None else bytes(memoryview(g)) for g in got] == [*blobs.values(), None]
+    gets = [r for r in service.log.entries if r.method == "GET"]
+    assert sorted(r.path for r in gets) == sorted(service.path(bucket, k) for k in keys)
+    assert len(service.log.entries) == len(keys)
+    if service.name == "http":
+        assert service.log.max_in_flight == len(keys)
+
+
+def test_v2_group_metadata_in_waves(service: Service) -> None:
+    bucket = service.new_bucket()
+    store = _zarr_store(service, bucket, "g2.zarr", read_only=False)
+    with zarr.config.set({"codec_pipeline.path": "zarr.core.codec_pipeline.BatchedCodecPipeline"}):
+        root = zarr.open_group(store, mode="w", zarr_format=2, attributes={"title": "t"})
+        root.create_array("x", shape=(4,), dtype="i4", chunks=(2,))[...] = [1, 2, 3, 4]
+    service.log.clear()
+    if service.name == "http":
+        service.log.delay = 0.3
+    g = cuzarr.open(service.url(bucket, "g2.zarr"), storage_options=service.options())
+    assert isinstance(g, cuzarr.Group) and dict(g.attrs) == {"title": "t"}
+    names = [r.path.rsplit("/", 1)[1] for r in service.log.entries]
+    # The requests node-by-node reads make, .zarray and .zattrs sent together.
+    assert sorted(names) == sorted(["zarr.json", ".zarray", ".zattrs", ".zgroup"])
+    assert all(r.method == "GET" for r in service.log.entries)
+    if service.name == "http":
+        assert service.log.max_in_flight == 2
+
+
 # ---------------------------------------------------------------------------- options
 
 

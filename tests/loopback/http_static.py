@@ -4,7 +4,8 @@ aiohttp's ``FileResponse`` is a real, widely deployed implementation of what pub
 over HTTPS relies on: ``Range`` (one range, suffix ranges, 416 past the end), ``ETag``,
 ``If-Match`` (412) and ``HEAD``; it serves GET and HEAD only (405 for writes). Middleware
 records each request in a :class:`~loopback.log.RequestLog`, injects its faults, and answers
-403 below ``/private/`` (a denied path).
+403 below ``/private/`` (a denied path); it waits the log's ``delay`` before answering and
+counts the requests in flight (so tests can see which requests a client sends together).
 """
 
 from __future__ import annotations
@@ -50,12 +51,18 @@ class StaticServer:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        status = self.log.take_fault(request.method)
-        if status is None and request.path.startswith("/private/"):
-            status = 403
-        if status is not None:
-            return web.Response(status=status)
-        return await handler(request)  # type: ignore[no-any-return]
+        self.log.begin()
+        try:
+            if self.log.delay > 0:
+                await asyncio.sleep(self.log.delay)
+            status = self.log.take_fault(request.method)
+            if status is None and request.path.startswith("/private/"):
+                status = 403
+            if status is not None:
+                return web.Response(status=status)
+            return await handler(request)  # type: ignore[no-any-return]
+        finally:
+            self.log.end()
 
     def _entry(self, request: web.Request, status: int, nbytes: int) -> Request:
         h = request.headers

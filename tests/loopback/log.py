@@ -49,11 +49,29 @@ class RequestLog:
     entries: list[Request] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Seconds a server that supports it (the static HTTP server) waits before answering.
+    delay: float = 0.0
+    #: Requests being answered now, and the most there were at once since the last clear.
+    in_flight: int = 0
+    max_in_flight: int = 0
 
     def clear(self) -> None:
         with self.lock:
             self.entries.clear()
             self.faults.clear()
+            self.delay = 0.0
+            self.max_in_flight = self.in_flight
+
+    def begin(self) -> None:
+        """A request arrived (servers that count requests in flight)."""
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def end(self) -> None:
+        """A request was answered."""
+        with self.lock:
+            self.in_flight -= 1
 
     def record(self, entry: Request) -> None:
         with self.lock:

@@ -3,23 +3,40 @@
 A node at ``path`` is a Zarr v3 node when ``{path}/zarr.json`` exists, else a v2 array when
 ``{path}/.zarray`` exists (with optional ``{path}/.zattrs``), else a v2 group when
 ``{path}/.zgroup`` exists. This is the order zarr-python uses when the format is not given.
+
+On a remote store (:attr:`~cuzarr.stores.base.StoreCaps.remote`) each document costs a round
+trip, so :func:`fetch_documents` asks for the documents of many nodes in waves, each wave's
+requests in flight together: every ``zarr.json`` first, then ``.zarray`` and ``.zattrs``
+where there was none, then ``.zgroup`` where there was no ``.zarray``. The requests are those
+that looking node by node makes (one more, ``.zattrs``, for a path with no node at all);
+the round trips are at most three for any number of nodes instead of up to four per node.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from cuzarr._json import JsonReader, load_json_document
-from cuzarr.errors import MetadataError, NodeNotFoundError
+from cuzarr.errors import CuzarrError, MetadataError, NodeNotFoundError
 from cuzarr.metadata.spec import ArraySpec
 from cuzarr.metadata.v2 import parse_v2
 from cuzarr.metadata.v3 import parse_v3
 
 if TYPE_CHECKING:
+    from cuzarr.codecs.base import Buf
     from cuzarr.stores.base import ChunkStore
 
-__all__ = ["GroupSpec", "normalize_node_path", "read_array_spec", "read_node"]
+__all__ = [
+    "GroupSpec",
+    "fetch_documents",
+    "normalize_node_path",
+    "read_array_spec",
+    "read_node",
+    "read_nodes",
+]
 
 V3_DOCUMENT = "zarr.json"
 V2_ARRAY_DOCUMENT = ".zarray"
@@ -87,11 +104,68 @@ def _key(path: str, name: str) -> str:
     return f"{path}/{name}" if path else name
 
 
-def _get_document(store: ChunkStore, path: str, name: str) -> dict[str, Any] | None:
-    got = store.get(_key(path, name))
-    if got is None:
+#: Fetched metadata documents by store key: the bytes, or ``None`` for a missing document.
+type Documents = Mapping[str, Buf | None]
+
+
+def _get_document(
+    store: ChunkStore, path: str, name: str, documents: Documents
+) -> dict[str, Any] | None:
+    key = _key(path, name)
+    if key in documents:
+        data = documents[key]
+    else:
+        got = store.get(key)
+        data = None if got is None else got.data
+    if data is None:
         return None
-    return load_json_document(bytes(memoryview(got.data)), document=name, path=path)
+    return load_json_document(bytes(memoryview(data)), document=name, path=path)
+
+
+def _wave(store: ChunkStore, keys: list[str], into: dict[str, Buf | None]) -> None:
+    if keys:
+        into.update(zip(keys, store.get_many(keys), strict=True))
+
+
+def fetch_documents(
+    store: ChunkStore, paths: Sequence[str], *, zarr_format: int | None = None
+) -> dict[str, Buf | None]:
+    """Fetch the metadata documents of the nodes at ``paths`` in at most three waves.
+
+    Parameters
+    ----------
+    store : ChunkStore
+        The store holding the nodes.
+    paths : sequence of str
+        Node paths (normalised as by :func:`normalize_node_path`).
+    zarr_format : {2, 3}, optional
+        Only fetch documents of this format; by default v3 first, then v2.
+
+    Returns
+    -------
+    dict of str to bytes or None
+        Each fetched document by store key, ``None`` where it is missing; pass it to
+        :func:`read_node`.
+
+    Raises
+    ------
+    CuzarrError
+        If the store fails a request (the error names the first failed key of its wave).
+    """
+    into: dict[str, Buf | None] = {}
+    rest = list(dict.fromkeys(paths))
+    if zarr_format in (None, 3):
+        _wave(store, [_key(p, V3_DOCUMENT) for p in rest], into)
+        rest = [p for p in rest if into[_key(p, V3_DOCUMENT)] is None]
+    if zarr_format == 3:
+        return into
+    _wave(store, [_key(p, n) for p in rest for n in (V2_ARRAY_DOCUMENT, V2_ATTRS_DOCUMENT)], into)
+    _wave(
+        store,
+        [_key(p, V2_GROUP_DOCUMENT) for p in rest if into[_key(p, V2_ARRAY_DOCUMENT)] is None],
+        into,
+    )
+    return into
 
 
 def _format_error(path: str, document: str, doc: dict[str, Any], expected: int) -> MetadataError:
@@ -100,7 +174,11 @@ def _format_error(path: str, document: str, doc: dict[str, Any], expected: int) 
 
 
 def read_node(
-    store: ChunkStore, path: str = "", *, zarr_format: int | None = None
+    store: ChunkStore,
+    path: str = "",
+    *,
+    zarr_format: int | None = None,
+    documents: Documents | None = None,
 ) -> ArraySpec | GroupSpec:
     """Read the metadata of the array or group at ``path``.
 
@@ -112,6 +190,9 @@ def read_node(
         The node's path inside the store (``""`` for the root).
     zarr_format : {2, 3}, optional
         Only look for documents of this format; by default v3 first, then v2.
+    documents : mapping, optional
+        Documents already fetched (:func:`fetch_documents`); others are read from ``store``.
+        By default a remote store's documents are fetched in waves, a local one's one by one.
 
     Returns
     -------
@@ -130,20 +211,24 @@ def read_node(
     if zarr_format not in (None, 2, 3):
         raise ValueError(f"zarr_format: expected 2, 3 or None, got {zarr_format!r}")
     node = normalize_node_path(path)
+    if documents is None:
+        documents = (
+            fetch_documents(store, [node], zarr_format=zarr_format) if store.caps.remote else {}
+        )
     if zarr_format in (None, 3):
-        doc = _get_document(store, node, V3_DOCUMENT)
+        doc = _get_document(store, node, V3_DOCUMENT, documents)
         if doc is not None:
             return _parse_v3_node(doc, node)
     if zarr_format in (None, 2):
-        doc = _get_document(store, node, V2_ARRAY_DOCUMENT)
+        doc = _get_document(store, node, V2_ARRAY_DOCUMENT, documents)
         if doc is not None:
-            attrs = _get_document(store, node, V2_ATTRS_DOCUMENT)
+            attrs = _get_document(store, node, V2_ATTRS_DOCUMENT, documents)
             return parse_v2(doc, path=node, attributes=attrs)
-        doc = _get_document(store, node, V2_GROUP_DOCUMENT)
+        doc = _get_document(store, node, V2_GROUP_DOCUMENT, documents)
         if doc is not None:
             if doc.get("zarr_format") != 2:
                 raise _format_error(node, V2_GROUP_DOCUMENT, doc, 2)
-            attrs = _get_document(store, node, V2_ATTRS_DOCUMENT)
+            attrs = _get_document(store, node, V2_ATTRS_DOCUMENT, documents)
             return GroupSpec(path=node, zarr_format=2, attributes=attrs or {})
     looked = {
         None: f"{V3_DOCUMENT}, {V2_ARRAY_DOCUMENT} or {V2_GROUP_DOCUMENT}",
@@ -153,6 +238,46 @@ def read_node(
     raise NodeNotFoundError(
         f"No Zarr array or group at '{node}' in {store.name}: found no {looked}"
     )
+
+
+def read_nodes(
+    store: ChunkStore, paths: Sequence[str], *, zarr_format: int | None = None
+) -> list[ArraySpec | GroupSpec | CuzarrError]:
+    """Read the metadata of the nodes at ``paths``, each node's failure in its place.
+
+    A remote store's documents are fetched together (:func:`fetch_documents`; if the store
+    fails a request, node by node, so that each node's failure is its own), a local one's node
+    by node. Each entry is what :func:`read_node` returns for its path, or the
+    :class:`~cuzarr.errors.CuzarrError` it raises (a missing node, a malformed document, a
+    store failure): tools that report every node (``info``, ``verify``) go on past one.
+
+    Parameters
+    ----------
+    store : ChunkStore
+        The store holding the nodes.
+    paths : sequence of str
+        Node paths inside the store.
+    zarr_format : {2, 3}, optional
+        Only look for documents of this format; by default v3 first, then v2.
+
+    Returns
+    -------
+    list
+        One :class:`~cuzarr.metadata.spec.ArraySpec`, :class:`GroupSpec` or error per path.
+    """
+    nodes = [normalize_node_path(p) for p in paths]
+    documents: Documents = {}
+    if store.caps.remote:
+        # On a failure: node by node below, each node's failure in its place.
+        with contextlib.suppress(CuzarrError):
+            documents = fetch_documents(store, nodes, zarr_format=zarr_format)
+    out: list[ArraySpec | GroupSpec | CuzarrError] = []
+    for node in nodes:
+        try:
+            out.append(read_node(store, node, zarr_format=zarr_format, documents=documents))
+        except CuzarrError as exc:
+            out.append(exc)
+    return out
 
 
 def _parse_v3_node(doc: dict[str, Any], path: str) -> ArraySpec | GroupSpec:

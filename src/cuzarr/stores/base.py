@@ -354,10 +354,13 @@ class ChunkStore(Protocol):
         ...
 
     def get_many(self, keys: Sequence[str], size_hint: int | None = None) -> list[Buf | None]:
-        """Whole objects (``None`` for missing ones), read one after another in this thread.
+        """Whole objects (``None`` for missing ones), in the order of ``keys``.
 
-        For batches of small objects: stores with :attr:`StoreCaps.small_reads` read each in
-        one call when it is at most ``size_hint`` bytes (the result is whole either way).
+        For batches of small objects. Local stores read them one after another in this
+        thread (stores with :attr:`StoreCaps.small_reads` each in one call when it is at most
+        ``size_hint`` bytes; the result is whole either way); remote stores send the requests
+        together, so a batch costs about one round trip. A failure raises for the first failed
+        key in ``keys``' order.
         """
         ...
 

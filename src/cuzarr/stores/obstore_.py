@@ -160,7 +160,10 @@ class ObstoreChunkStore(BaseChunkStore):
         http = _is_http(store)
         # HTTP servers have no listing and no conditional puts (obstore's HTTPStore).
         self.caps = StoreCaps(
-            remote=True, versions=True, conditional_put=not http, listing=not http,
+            remote=True,
+            versions=True,
+            conditional_put=not http,
+            listing=not http,
             concurrency=limit,
         )
         self._generations = _is_gcs(store)
@@ -216,16 +219,28 @@ class ObstoreChunkStore(BaseChunkStore):
         return StoreError(f"Failed to {what} {where}: {detail}")
 
     def _call[T](self, coro: Coroutine[Any, Any, T], what: str, key: str) -> T:
-        from obstore.exceptions import BaseError
-
         try:
             return run_on_loop(coro)
-        except (BaseError, OSError, NotImplementedError) as exc:
-            # obstore raises NotImplementedError for what a store cannot do (HTTPStore: puts
-            # with a mode other than overwrite).
-            if isinstance(exc, StoreError):
+        except Exception as exc:
+            mapped = self._mapped(exc, what, key)
+            if mapped is exc:
                 raise
-            raise self._error(exc, what, key) from exc
+            raise mapped from exc
+
+    def _mapped(self, exc: Exception, what: str, key: str) -> Exception:
+        """``exc`` as it leaves the store: obstore's failures as cuzarr errors naming ``key``.
+
+        obstore raises ``NotImplementedError`` for what a store cannot do (HTTPStore: puts
+        with a mode other than overwrite); cuzarr's own errors and anything else pass as they
+        are.
+        """
+        from obstore.exceptions import BaseError
+
+        if isinstance(exc, StoreError) or not isinstance(
+            exc, (BaseError, OSError, NotImplementedError)
+        ):
+            return exc
+        return self._error(exc, what, key)
 
     def _token(self, meta: Any) -> str | None:
         """The version token of an object's metadata: its ETag, and generation on GCS."""
@@ -334,6 +349,31 @@ class ObstoreChunkStore(BaseChunkStore):
             return self._call(self._suffix(key, byte_range.length), "read", key)
         return self._call(self._get(key, byte_range, if_match), "read", key)
 
+    async def _get_all(self, keys: Sequence[str]) -> list[GetResult | BaseException | None]:
+        return await asyncio.gather(
+            *(self._get(key, None, None) for key in keys), return_exceptions=True
+        )
+
+    def get_many(self, keys: Sequence[str], size_hint: int | None = None) -> list[Buf | None]:
+        """Whole objects (``None`` for missing ones), all requested together.
+
+        The requests are in flight at once, up to the store's concurrency, so a batch costs
+        about one round trip. A failure raises for the first failed key in ``keys``' order,
+        after every request has finished.
+        """
+        if not keys:
+            return []
+        results = run_on_loop(self._get_all(keys))
+        out: list[Buf | None] = []
+        for key, got in zip(keys, results, strict=True):
+            if isinstance(got, BaseException):
+                mapped = self._mapped(got, "read", key) if isinstance(got, Exception) else got
+                if mapped is got:
+                    raise got
+                raise mapped from got
+            out.append(None if got is None else got.data)
+        return out
+
     async def _range(self, key: str, start: int, length: int, version: str | None) -> Any:
         import obstore
 
@@ -367,9 +407,7 @@ class ObstoreChunkStore(BaseChunkStore):
         from obstore.exceptions import PreconditionError
 
         try:
-            return list(
-                await asyncio.gather(*(self._range(key, s, n, version) for s, n in ranges))
-            )
+            return list(await asyncio.gather(*(self._range(key, s, n, version) for s, n in ranges)))
         except PreconditionError as exc:
             raise self._stale(key, version) from exc
         except Exception as exc:

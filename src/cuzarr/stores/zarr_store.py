@@ -118,6 +118,32 @@ class ZarrChunkStore(BaseChunkStore):
             return GetResult(data, n if n < byte_range.length else None)
         return GetResult(data, None)
 
+    async def _get_all(self, keys: Sequence[str]) -> list[Any]:
+        return await asyncio.gather(
+            *(self._store.get(key, self._prototype) for key in keys), return_exceptions=True
+        )
+
+    def get_many(self, keys: Sequence[str], size_hint: int | None = None) -> list[Buf | None]:
+        """Whole objects (``None`` for missing ones), the store's gets all awaited together.
+
+        A failure raises for the first failed key in ``keys``' order, after every get has
+        finished.
+        """
+        if not keys:
+            return []
+        results = self._run(self._get_all(keys), "read", keys[0])
+        out: list[Buf | None] = []
+        for key, value in zip(keys, results, strict=True):
+            if isinstance(value, FileNotFoundError) or value is None:
+                out.append(None)
+            elif isinstance(value, OSError) and not isinstance(value, StoreError):
+                raise StoreError(f"Failed to read '{key}' in {self.name}: {value}") from value
+            elif isinstance(value, BaseException):
+                raise value
+            else:
+                out.append(self._bytes(value))
+        return out
+
     def get_ranges(
         self,
         key: str,

@@ -28,8 +28,8 @@ import numpy.typing as npt
 from cuzarr.api import open_node
 from cuzarr.array import Array
 from cuzarr.config import Settings, get_settings
-from cuzarr.errors import MetadataError, NodeNotFoundError
-from cuzarr.metadata.load import GroupSpec, read_node
+from cuzarr.errors import CuzarrError, MetadataError, NodeNotFoundError
+from cuzarr.metadata.load import GroupSpec, read_node, read_nodes
 from cuzarr.metadata.spec import ArraySpec, CodecSpec
 from cuzarr.stores.targets import StoreHandle
 from cuzarr.tools._common import (
@@ -359,7 +359,11 @@ def copy(
     if "" not in nodes:
         read_node(src_store, "")  # raises NodeNotFoundError naming the store
         raise NodeNotFoundError(f"No Zarr array or group at the root of {src.name}")
-    specs = [read_node(src_store, p) for p in nodes]
+    specs: list[ArraySpec | GroupSpec] = []
+    for node in read_nodes(src_store, nodes):
+        if isinstance(node, CuzarrError):
+            raise node
+        specs.append(node)
     doc, resumed = _prepare_destination(
         src, dst, resume=resume, overwrite=overwrite, options=options
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuzarr.errors import CuzarrError, NodeNotFoundError
-from cuzarr.metadata.load import GroupSpec, read_node
+from cuzarr.metadata.load import GroupSpec, read_node, read_nodes
 from cuzarr.metadata.spec import ArraySpec, CodecSpec
 from cuzarr.stores.local import TEMP_SUFFIX
 from cuzarr.tools._common import (
@@ -203,11 +203,9 @@ def collect_info(target: Any) -> list[NodeInfo]:
     nodes.sort(key=lambda p: p.split("/") if p else [])
     store = handle.chunk_store()
     out: list[NodeInfo] = []
-    for path in nodes:
-        try:
-            node = read_node(store, path)
-        except CuzarrError as exc:
-            out.append(NodeInfo(path=path, kind="unknown", error=str(exc)))
+    for path, node in zip(nodes, read_nodes(store, nodes), strict=True):
+        if isinstance(node, CuzarrError):
+            out.append(NodeInfo(path=path, kind="unknown", error=str(node)))
             continue
         if isinstance(node, GroupSpec):
             out.append(

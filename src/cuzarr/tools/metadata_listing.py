@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from cuzarr.errors import UnsupportedError
-from cuzarr.metadata.load import read_node
+from cuzarr.errors import CuzarrError, UnsupportedError
+from cuzarr.metadata.load import read_node, read_nodes
 from cuzarr.metadata.spec import ArraySpec
 from cuzarr.stores.base import ChunkStore, Suffix
 
@@ -96,9 +96,10 @@ def sizes_from_metadata(store: ChunkStore, name: str) -> dict[str, int]:
     if not isinstance(root, ArraySpec):
         nodes += _children(store, "", name)
     keys: list[str] = []
-    for path in nodes:
+    for path, node in zip(nodes, [root, *read_nodes(store, nodes[1:])], strict=True):
+        if isinstance(node, CuzarrError):
+            raise node
         keys += [_key(path, d) for d in _DOCUMENTS]
-        node = root if path == "" else read_node(store, path)
         if isinstance(node, ArraySpec):
             keys += list(_chunk_keys(node))
     with ThreadPoolExecutor(_WORKERS) as pool:

@@ -29,7 +29,7 @@ from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
 from cuzarr.codecs.sharding import EMPTY
 from cuzarr.config import get_settings
 from cuzarr.errors import CuzarrError, UnsupportedError
-from cuzarr.metadata.load import GroupSpec, read_node
+from cuzarr.metadata.load import GroupSpec, read_node, read_nodes
 from cuzarr.metadata.spec import ArraySpec
 from cuzarr.stores.base import ChunkStore
 from cuzarr.stores.local import TEMP_SUFFIX
@@ -264,17 +264,15 @@ def verify(
     settings = get_settings()
     report.stale_temporary_files = sorted(k for k in listing.sizes if k.endswith(TEMP_SUFFIX))
     items: list[_Item] = []
-    for path in nodes:
+    for path, node in zip(nodes, read_nodes(store, nodes), strict=True):
         meta_key = f"{path}/" if path else ""
-        try:
-            node = read_node(store, path)
-        except UnsupportedError as exc:
-            report.warnings.append(f"array '{path}' not checked: {exc}")
+        if isinstance(node, UnsupportedError):
+            report.warnings.append(f"array '{path}' not checked: {node}")
             continue
-        except CuzarrError as exc:
+        if isinstance(node, CuzarrError):
             report.problems.append(
                 Problem(key=meta_key + "(metadata)", array=path, kind="metadata",
-                        reason=_describe(exc))
+                        reason=_describe(node))
             )
             continue
         if isinstance(node, GroupSpec):
