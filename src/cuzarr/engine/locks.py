@@ -30,6 +30,13 @@ from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    HAS_FCNTL = False
+else:
+    HAS_FCNTL = True
+
 if TYPE_CHECKING:
     from cuzarr.stores.base import ChunkStore
 
@@ -130,8 +137,6 @@ def _lock_runs(fd: int, runs: Sequence[tuple[int, int]]) -> None:
     cannot deadlock, since every thread takes its bytes in ascending order. Such a refusal is
     retried after a short pause, for up to :data:`DEADLOCK_RETRY_S` seconds.
     """
-    import fcntl
-
     done = 0
     try:
         for start, length in runs:
@@ -194,8 +199,6 @@ class WriteLocks:
     ) -> None:
         try:
             if self._fd is not None:
-                import fcntl
-
                 for start, length in self._runs:
                     fcntl.lockf(self._fd, fcntl.LOCK_UN, length, start, os.SEEK_SET)
         finally:
@@ -211,9 +214,7 @@ def file_locks(root: str, keys: Iterable[str]) -> WriteLocks:
     by the one thread of the process that holds the key's stripe. No cross-process part where
     ``fcntl`` is missing.
     """
-    try:
-        import fcntl  # noqa: F401
-    except ImportError:  # pragma: no cover - not POSIX
+    if not HAS_FCNTL:  # pragma: no cover - not POSIX
         return WriteLocks(root, keys, None)
     return WriteLocks(root, keys, _lock_file(root))
 
