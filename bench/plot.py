@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.compare import CUZARR_ENGINES, REPO, RESULTS_DIR, _index, _speed, best_peer
+from bench.matrix import CUZARR_ENGINES, REPO, RESULTS_DIR
+from bench.report import best_peer, cell_speed, index_results
 
 
 def latest_results(folder: Path = RESULTS_DIR) -> Path:
@@ -35,7 +36,7 @@ def latest_results(folder: Path = RESULTS_DIR) -> Path:
 
 def ratios(doc: dict[str, Any]) -> tuple[list[str], dict[str, list[float | None]]]:
     """Cell labels and, per cuzarr engine, its ratio to the best peer (``None``: no number)."""
-    idx = _index(doc["results"])
+    idx = index_results(doc["results"])
     threads = max(doc["args"]["threads"])
     labels: list[str] = []
     values: dict[str, list[float | None]] = {e: [] for e in CUZARR_ENGINES}
@@ -44,7 +45,7 @@ def ratios(doc: dict[str, Any]) -> tuple[list[str], dict[str, list[float | None]
             peer = best_peer(idx, threads, key, workload)
             labels.append(f"({key}) {workload}")
             for e in CUZARR_ENGINES:
-                s = _speed(idx, e, threads, key, workload)
+                s = cell_speed(idx, e, threads, key, workload)
                 values[e].append(None if s is None or peer is None else s / peer[1])
     return labels, values
 

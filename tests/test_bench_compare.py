@@ -1,4 +1,5 @@
-"""bench/compare.py, the comparison harness: a --quick run end to end, and its pieces.
+"""bench/compare.py, the comparison harness: a --quick run end to end, and its pieces
+(bench/datasets.py, engines.py, cells.py, floor.py, report.py).
 
 bench/ is not part of the installed package: it is imported from the repository root.
 """
@@ -19,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import compare  # noqa: E402
+from bench import cells, datasets, engines, floor, matrix, report  # noqa: E402
 
 QUICK_ENGINES = ("cuzarr", "cuzarr-api", "tensorstore")
 QUICK_DATASETS = ("a", "b")
@@ -63,11 +64,11 @@ def test_quick_run_covers_every_cell_and_verifies(quick_run: tuple[dict[str, Any
     assert doc["warm_up"] == [
         {"threads": 1, "cmd": "cell", "dataset": "a", "workload": "read_all", "repeats": 1}
     ]
-    cells = {(c["engine"], c["dataset"], c["workload"]): c for c in doc["results"]}
-    expected = {(e, d, w) for e in QUICK_ENGINES for d in QUICK_DATASETS for w in compare.WORKLOADS}
+    by_key = {(c["engine"], c["dataset"], c["workload"]): c for c in doc["results"]}
+    expected = {(e, d, w) for e in QUICK_ENGINES for d in QUICK_DATASETS for w in matrix.WORKLOADS}
     expected |= {("floor", d, w) for d in QUICK_DATASETS for w in ("read_all", "write_all")}
-    assert set(cells) == expected
-    for key, c in cells.items():
+    assert set(by_key) == expected
+    for key, c in by_key.items():
         # every engine named here supports every case: each cell has a verified number
         assert c["error"] is None, (key, c["error"])
         assert c["verified"] is True and c["threads"] == 1
@@ -76,11 +77,11 @@ def test_quick_run_covers_every_cell_and_verifies(quick_run: tuple[dict[str, Any
     spec = doc["dataset_specs"]
     assert spec["a"]["shape"] == [64, 64, 64] and spec["b"]["shards"] == [64, 64, 64]
     # one call per (inner) chunk; the strided read returns every 4th plane
-    assert cells[("cuzarr-api", "b", "read_chunks")]["calls"] == 8
-    assert cells[("tensorstore", "a", "read_strided")]["nbytes"] == 16 * 64 * 64 * 2
+    assert by_key[("cuzarr-api", "b", "read_chunks")]["calls"] == 8
+    assert by_key[("tensorstore", "a", "read_strided")]["nbytes"] == 16 * 64 * 64 * 2
     # the engines ran on what they claim
-    assert cells[("cuzarr", "a", "read_all")]["pipeline"] == "cuzarr.zarr_pipeline.Pipeline"
-    assert cells[("tensorstore", "a", "read_all")]["pipeline"].startswith("tensorstore")
+    assert by_key[("cuzarr", "a", "read_all")]["pipeline"] == "cuzarr.zarr_pipeline.Pipeline"
+    assert by_key[("tensorstore", "a", "read_all")]["pipeline"].startswith("tensorstore")
     # cuzarr ran strict: its engine served reads and writes, nothing fell back
     for stats in doc["cuzarr_stats"].values():
         assert not any(v for k, v in stats.items() if k.startswith("fallback"))
@@ -109,7 +110,7 @@ def test_quick_run_rss_targets_and_report(quick_run: tuple[dict[str, Any], Path]
 
 
 def test_datasets_match_the_issue_at_full_size() -> None:
-    sets = compare.datasets_for(512)
+    sets = datasets.datasets_for(512)
     assert sets["a"].shape == (512,) * 3 and sets["a"].chunks == (64,) * 3
     assert sets["b"].chunks == (32,) * 3 and sets["b"].shards == (256,) * 3
     assert (sets["c"].codec, sets["d"].codec) == ("blosc", "none")
@@ -125,30 +126,30 @@ def test_datasets_match_the_issue_at_full_size() -> None:
 
 
 def test_blosc_lz4_floor_and_small_zstd_floor(tmp_path: Path) -> None:
-    compare.generate(tmp_path, 32, ["g", "e"], lambda _m: None)
+    datasets.generate(tmp_path, 32, ["g", "e"], lambda _m: None)
     for key in ("g", "e"):
-        ds = compare.datasets_for(32)[key]
+        ds = datasets.datasets_for(32)[key]
         for kind in ("read_all", "write_all"):
-            cell = compare.measure_floor(ds, kind, data_dir=tmp_path, repeats=1, threads=2)
+            cell = floor.measure_floor(ds, kind, data_dir=tmp_path, repeats=1, threads=2)
             assert cell["error"] is None and cell["verified"] is True, (key, kind, cell)
 
 
 def test_stored_chunks_and_floor_on_a_sharded_array(tmp_path: Path) -> None:
-    compare.generate(tmp_path, 64, ["b"], lambda _m: None)
-    ds = compare.datasets_for(64)["b"]
-    chunks = compare._stored_chunks(ds, tmp_path / "b.zarr")
+    datasets.generate(tmp_path, 64, ["b"], lambda _m: None)
+    ds = datasets.datasets_for(64)["b"]
+    chunks = floor._stored_chunks(ds, tmp_path / "b.zarr")
     assert len(chunks) == ds.nchunks == 8
     for kind in ("read_all", "write_all"):
-        cell = compare.measure_floor(ds, kind, data_dir=tmp_path, repeats=2, threads=2)
+        cell = floor.measure_floor(ds, kind, data_dir=tmp_path, repeats=2, threads=2)
         assert cell["error"] is None and cell["verified"] is True and len(cell["seconds"]) == 2
 
 
-class _WrongEngine(compare.EngineAdapter):
+class _WrongEngine(engines.EngineAdapter):
     """Returns data off by one: the harness must refuse to report a number."""
 
     name = "wrong"
 
-    def __init__(self, inner: compare.EngineAdapter) -> None:
+    def __init__(self, inner: engines.EngineAdapter) -> None:
         self.inner = inner
 
     def open(self, path: Path, writable: bool = False) -> Any:
@@ -170,11 +171,11 @@ class _WrongEngine(compare.EngineAdapter):
 
 def test_wrong_data_gets_no_number(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    compare.generate(data, 32, ["a"], lambda _m: None)
-    ds = compare.datasets_for(32)["a"]
-    wrong = _WrongEngine(compare.CuzarrApiAdapter(threads=1))
-    for workload in compare.WORKLOADS:
-        cell = compare.measure(
+    datasets.generate(data, 32, ["a"], lambda _m: None)
+    ds = datasets.datasets_for(32)["a"]
+    wrong = _WrongEngine(engines.CuzarrApiAdapter(threads=1))
+    for workload in matrix.WORKLOADS:
+        cell = cells.measure(
             wrong, ds, workload, data_dir=data, scratch=tmp_path, repeats=1, threads=1
         )
         assert cell["error"].startswith("WRONG DATA"), workload
@@ -214,7 +215,7 @@ def test_targets_use_the_best_peer_and_the_floor() -> None:
     }
     targets = {
         (t["id"], t["engine"], t["dataset"]): t
-        for t in compare.evaluate_targets(_doc(speeds, [1, 2]))
+        for t in report.evaluate_targets(_doc(speeds, [1, 2]))
     }
     t = targets[("read_all_vs_peer", "cuzarr", "a")]
     assert t["measured"] == pytest.approx(1.2) and t["met"] is True and t["threads"] == 2
@@ -238,7 +239,7 @@ def test_per_chunk_overhead_target() -> None:
         ("cuzarr", 1, "e", "read_all"): 100.0 / 0.05,
         ("floor", 1, "e", "read_all"): 100.0 / 0.01,
     }
-    targets = {(t["id"], t["engine"]): t for t in compare.evaluate_targets(_doc(speeds, [1]))}
+    targets = {(t["id"], t["engine"]): t for t in report.evaluate_targets(_doc(speeds, [1]))}
     t = targets[("per_chunk_overhead", "cuzarr")]
     assert t["measured"] == pytest.approx(0.04 / 4096 * 1e6) and t["met"] is True
 
@@ -249,7 +250,7 @@ def test_plot_writes_a_png(quick_run: tuple[dict[str, Any], Path], tmp_path: Pat
 
     doc, _ = quick_run
     labels, values = plot.ratios(doc)
-    assert len(labels) == len(QUICK_DATASETS) * len(compare.WORKLOADS)
+    assert len(labels) == len(QUICK_DATASETS) * len(matrix.WORKLOADS)
     assert all(v is not None and v > 0 for v in values["cuzarr"])
     out = plot.plot(doc, tmp_path / "b.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -322,7 +323,7 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
     assert len(rr["ratios"]) == 3 and rr["min"] <= rr["median"] <= rr["max"]
     assert "## Ratios to the best peer over rounds" in (tmp_path / "r.md").read_text()
     # Per-round ratios and the merge, on fake cells.
-    cells = [
+    fake = [
         {
             "engine": e,
             "threads": 1,
@@ -335,8 +336,8 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
         for e, t in (("cuzarr", 1.0), ("zarr", 2.0))
     ]
     per_engine = {
-        "cuzarr": [cells[0], dict(cells[0], best_seconds=0.5)],
-        "zarr": [cells[1], dict(cells[1], best_seconds=2.0)],
+        "cuzarr": [fake[0], dict(fake[0], best_seconds=0.5)],
+        "zarr": [fake[1], dict(fake[1], best_seconds=2.0)],
     }
     (got,) = interleave.round_ratios(per_engine, ["cuzarr"], ["zarr"])
     assert got["ratios"] == [2.0, 4.0] and got["median"] == 3.0
@@ -377,13 +378,13 @@ def test_hold_freed_memory_turns_reporting_off_and_restores_it(
         during = interleave.page_reporting()
         raise RuntimeError("inside")
     assert (params / "page_reporting_order").read_text() == "9\n"  # restored after an error
-    assert compare._fmt_reporting(before, during) == (
+    assert report.format_reporting(before, during) == (
         "off for the run (--hold-freed-memory), 1 MiB reported during the run"
     )
-    assert compare._fmt_reporting(before, before).startswith("on (order 9), 0 MiB")
+    assert report.format_reporting(before, before).startswith("on (order 9), 0 MiB")
     # Already off when the run began (held by hand, or by a run before): off, not "on".
-    assert compare._fmt_reporting(during, during).startswith("off for the run")
-    assert compare._fmt_reporting(None, None).startswith("not available")
+    assert report.format_reporting(during, during).startswith("off for the run")
+    assert report.format_reporting(None, None).startswith("not available")
 
 
 def test_hold_freed_memory_without_the_kernel_feature_changes_nothing(
@@ -422,21 +423,21 @@ def test_hold_freed_memory_needs_a_writable_setting(
 def test_file_system_of_names_the_mount(tmp_path: Path) -> None:
     if not Path("/proc/mounts").exists():
         pytest.skip("no /proc/mounts")
-    fs = compare.file_system_of(tmp_path)
+    fs = report.file_system_of(tmp_path)
     assert isinstance(fs, str) and fs
-    assert compare.file_system_of(Path("/proc")) == "proc"
+    assert report.file_system_of(Path("/proc")) == "proc"
 
 
 def test_write_partial_is_timed_best_of_several_calls(tmp_path: Path) -> None:
     """write_partial calls are 1-25 ms: every engine gets PARTIAL_REPEATS of them per round."""
     data, scratch = tmp_path / "data", tmp_path / "scratch"
     scratch.mkdir()
-    compare.generate(data, 64, ["e"], lambda _msg: None)
-    ds = compare.datasets_for(64)["e"]
-    adapter = compare.make_adapter("cuzarr-api", 1)
-    cell = compare.measure(
+    datasets.generate(data, 64, ["e"], lambda _msg: None)
+    ds = datasets.datasets_for(64)["e"]
+    adapter = engines.make_adapter("cuzarr-api", 1)
+    cell = cells.measure(
         adapter, ds, "write_partial", data_dir=data, scratch=scratch, repeats=1, threads=1
     )
     assert cell["error"] is None and cell["verified"] is True
-    assert len(cell["seconds"]) == compare.PARTIAL_REPEATS >= 5
+    assert len(cell["seconds"]) == matrix.PARTIAL_REPEATS >= 5
     assert cell["best_seconds"] == min(cell["seconds"])
