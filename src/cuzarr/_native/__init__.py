@@ -18,7 +18,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -289,8 +289,12 @@ class _ZstdContext:
         self._free(self.pointer)
 
 
-#: A buffer, its address and its size (what :func:`put_boxes` hands to C).
-_Buffer = tuple[npt.NDArray[np.uint8], int, int]
+class _Buffer(NamedTuple):
+    """A scratch buffer, its address and its size (what :func:`put_boxes` hands to C)."""
+
+    array: npt.NDArray[np.uint8]
+    address: int
+    size: int
 
 
 class _Scratch(threading.local):
@@ -366,13 +370,13 @@ BLOSC, ZSTD = 1, 2
 
 def _buffer(nbytes: int) -> _Buffer:
     buf = np.empty(max(nbytes, 1), np.uint8)
-    return buf, address(buf), buf.nbytes
+    return _Buffer(buf, address(buf), buf.nbytes)
 
 
 def _buffers(nbytes: int, want: int) -> tuple[_Buffer, _Buffer]:
     """Scratch of this thread for a box of ``nbytes`` and a compressed frame of ``want``."""
     held = _scratch.buffers
-    if held is not None and held[0][2] >= nbytes and held[1][2] >= want:
+    if held is not None and held[0].size >= nbytes and held[1].size >= want:
         return held
     pair = (_buffer(nbytes), _buffer(want))
     if nbytes <= _KEEP_SCRATCH:
@@ -458,7 +462,7 @@ def put_boxes(
     # cz_put_boxes' block (czbatch.c, CZ_PB_*): the integers, the arrays, n status words.
     block = array_module.array("q", [
         n, first, ndim, array.itemsize, c.kind if c else 0, int(exchange), exchange_min,
-        scratch[1], scratch[2], packed[1], packed[2], at_tag, at_suffix,
+        scratch.address, scratch.size, packed.address, packed.size, at_tag, at_suffix,
         at_suffix + len(suffix) + 1, len(functions), len(args), helpers,
         *sources, *box, *strides, *functions, *args, *bytes(n),
     ])  # fmt: skip
