@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf, as_u8
-from cuzarr.codecs.sharding.format import EMPTY, ShardingCodec
+from cuzarr.codecs.sharding.format import ShardingCodec
 from cuzarr.codecs.sharding.reader import raw_index
 from cuzarr.stores.base import ObjectReader, Range
 
@@ -43,40 +43,22 @@ def splice_pieces(
     """The new shard: the old one (index ``table``) with inner chunk ``i`` replaced by ``new[i]``.
 
     ``new[i]`` of 0 bytes makes inner chunk ``i`` empty; every inner chunk not in ``new`` keeps
-    its stored bytes (as a range of the old shard). The layout is the codec's write order, as
-    :meth:`ShardingCodec.assemble_grid` lays it out. ``None``: every inner chunk is empty (the
-    shard is to be deleted).
+    its stored bytes (as a range of the old shard). The layout is
+    :meth:`ShardingCodec.rewritten`'s, the one :meth:`ShardingCodec.assemble_grid` builds.
+    ``None``: every inner chunk is empty (the shard is to be deleted).
     """
-    n = sh.n_inner
-    length = np.zeros(n, np.int64)
-    start = np.zeros(n, np.int64)
-    present = table[:, 0] != EMPTY
-    length[present] = table[present, 1].astype(np.int64)
-    start[present] = table[present, 0].astype(np.int64)
     blobs = [as_u8(b) for b in new.values()]
     flat = np.fromiter(new.keys(), np.intp, len(new))
     sizes = np.fromiter((b.nbytes for b in blobs), np.int64, len(blobs))
-    is_new = np.zeros(n, bool)
-    is_new[flat] = True
-    length[flat] = sizes
-    start[flat] = np.arange(len(flat), dtype=np.int64)  # for new ones: the position in blobs
-    present[flat] = sizes > 0
-    order = np.asarray(sh.layout_order(), np.intp)
-    order = order[present[order]]
-    if not len(order):
+    # For new inner chunks, the "source" is the position in blobs.
+    layout = sh.rewritten(table, flat, sizes, np.arange(len(flat), dtype=np.int64))
+    if layout is None:
         return None
-    lens = length[order]
-    pos = np.cumsum(lens) - lens + sh._data_start()
-    out_table = np.full((n, 2), EMPTY, dtype=np.uint64)
-    out_table[order, 0] = pos.astype(np.uint64)
-    out_table[order, 1] = lens.astype(np.uint64)
-    index = as_u8(sh.index.encode(out_table.reshape(*sh.chunks_per_shard, 2)))
-
-    src = start[order]
-    from_new = is_new[order]
+    index = as_u8(sh.index.encode(layout.table.reshape(*sh.chunks_per_shard, 2)))
+    lens, src, from_new = layout.lengths, layout.sources, layout.from_new
     # A piece starts at every new inner chunk, after one, and where the old bytes of two kept
     # inner chunks that follow each other in the new shard do not follow in the old one.
-    cut = np.ones(len(order), bool)
+    cut = np.ones(len(lens), bool)
     cut[1:] = from_new[1:] | from_new[:-1] | (src[1:] != src[:-1] + lens[:-1])
     firsts = np.flatnonzero(cut)
     run_bytes = np.add.reduceat(lens, firsts)

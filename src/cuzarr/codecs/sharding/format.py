@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from cuzarr.codecs.chain import ChunkCodec
     from cuzarr.codecs.registry import Builder
 
-__all__ = ["EMPTY", "InnerSources", "ShardingCodec", "from_v3", "morton_order"]
+__all__ = ["EMPTY", "InnerSources", "RewrittenShard", "ShardingCodec", "from_v3", "morton_order"]
 
 #: Offset and length marking an empty inner chunk.
 EMPTY = np.uint64(2**64 - 1)
@@ -94,6 +94,30 @@ def morton_order(shape: tuple[int, ...]) -> tuple[int, ...]:
                 code |= ((coords[dim] >> bit) & 1) << out_bit
                 out_bit += 1
     return tuple(int(i) for i in np.argsort(code, kind="stable"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class RewrittenShard:
+    """The layout of a shard rewritten in part (:meth:`ShardingCodec.rewritten`).
+
+    Attributes
+    ----------
+    lengths, positions : numpy.ndarray of int64
+        Per inner chunk in the new shard's write order: its bytes and where they start there.
+    sources : numpy.ndarray of int64
+        Where each one's bytes are now: its offset in the old shard, or for a new inner chunk
+        the start the caller gave.
+    from_new : numpy.ndarray of bool
+        Which are new inner chunks.
+    table : numpy.ndarray of uint64
+        The new shard's index table, ``(n_inner, 2)`` in C order.
+    """
+
+    lengths: npt.NDArray[np.int64]
+    positions: npt.NDArray[np.int64]
+    sources: npt.NDArray[np.int64]
+    from_new: npt.NDArray[np.bool_]
+    table: npt.NDArray[np.uint64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +322,48 @@ class ShardingCodec:
         """Where the first inner chunk of an assembled shard begins."""
         return self.index_nbytes if self.index_location == "start" else 0
 
+    def rewritten(
+        self,
+        old_table: npt.NDArray[np.uint64] | None,
+        flat: npt.NDArray[np.intp],
+        sizes: npt.NDArray[np.int64],
+        new_starts: npt.NDArray[np.int64],
+    ) -> RewrittenShard | None:
+        """Where each inner chunk goes in a shard rewritten with new inner chunks ``flat``.
+
+        New inner chunk ``flat[i]`` has ``sizes[i]`` bytes (0: empty, left out) found at
+        ``new_starts[i]`` of wherever the caller keeps it; every other inner chunk keeps its
+        entry of ``old_table`` (the old shard's decoded index, if any; a kept entry of 0 bytes
+        stays, as :meth:`assemble` keeps it). The order is the codec's write order
+        (:meth:`layout_order`). ``None``: no inner chunk is left (the shard is empty).
+        """
+        n = self.n_inner
+        length = np.zeros(n, np.int64)
+        start = np.zeros(n, np.int64)
+        present = np.zeros(n, bool)
+        if old_table is not None:
+            kept = old_table[:, 0] != EMPTY
+            length[kept] = old_table[kept, 1].astype(np.int64)
+            start[kept] = old_table[kept, 0].astype(np.int64)
+            present[kept] = True
+        new = np.zeros(n, bool)
+        length[flat] = sizes
+        start[flat] = new_starts
+        new[flat] = True
+        present[flat] = sizes > 0
+        order = np.asarray(self.layout_order(), np.intp)
+        order = order[present[order]]
+        if not len(order):
+            return None
+        lens = length[order]
+        pos = np.cumsum(lens) - lens + self._data_start()
+        table = np.full((n, 2), EMPTY, dtype=np.uint64)
+        table[order, 0] = pos.astype(np.uint64)
+        table[order, 1] = lens.astype(np.uint64)
+        return RewrittenShard(
+            lengths=lens, positions=pos, sources=start[order], from_new=new[order], table=table
+        )
+
     def assemble_grid(
         self,
         old: tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]] | None,
@@ -312,45 +378,17 @@ class ShardingCodec:
         decoded index), if given. The same bytes as :meth:`assemble` of the same inner chunks,
         built with one copy loop per source (:func:`cuzarr._native.gather`).
         """
-        n = self.n_inner
-        length = np.zeros(n, np.int64)
-        start = np.zeros(n, np.int64)
-        new = np.zeros(n, bool)
-        # Present: a kept inner chunk of the old shard (even one of 0 bytes, which assemble
-        # keeps too), or a new one that was not left out.
-        present = np.zeros(n, bool)
-        if old is not None:
-            table = old[1]
-            kept = table[:, 0] != EMPTY
-            length[kept] = table[kept, 1].astype(np.int64)
-            start[kept] = table[kept, 0].astype(np.int64)
-            present[kept] = True
-        length[flat] = sizes
-        start[flat] = np.arange(len(flat), dtype=np.int64) * rows.shape[1]
-        new[flat] = True
-        present[flat] = sizes > 0
-        order = np.asarray(self.layout_order(), np.intp)
-        order = order[present[order]]
-        if not len(order):
+        starts = np.arange(len(flat), dtype=np.int64) * rows.shape[1]
+        layout = self.rewritten(None if old is None else old[1], flat, sizes, starts)
+        if layout is None:
             return None
-        n_index = self.index_nbytes
-        lens = length[order]
-        pos = np.cumsum(lens) - lens + self._data_start()
-        total = int(lens.sum()) + n_index
-        out = np.empty(total, dtype=np.uint8)
-        from_new = new[order]
-        gather(
-            rows.reshape(-1), start[order][from_new], lens[from_new], out, pos[from_new]
-        )
+        lens, pos, src, from_new = layout.lengths, layout.positions, layout.sources, layout.from_new
+        out = np.empty(int(lens.sum()) + self.index_nbytes, dtype=np.uint8)
+        gather(rows.reshape(-1), src[from_new], lens[from_new], out, pos[from_new])
         if old is not None and not from_new.all():
             keep = ~from_new
-            gather(
-                np.ascontiguousarray(old[0]), start[order][keep], lens[keep], out, pos[keep]
-            )
-        table_out = np.full((n, 2), EMPTY, dtype=np.uint64)
-        table_out[order, 0] = pos.astype(np.uint64)
-        table_out[order, 1] = lens.astype(np.uint64)
-        return self._with_index(out, table_out)
+            gather(np.ascontiguousarray(old[0]), src[keep], lens[keep], out, pos[keep])
+        return self._with_index(out, layout.table)
 
     def _region(self, coords: tuple[int, ...]) -> tuple[slice, ...]:
         return tuple(
