@@ -51,14 +51,20 @@ def coalesce(ranges: list[ByteRange], *, max_gap: int, max_size: int) -> list[Co
     Returns
     -------
     list of CoalescedRange
-        Reads in ascending order; every input range lies inside exactly one read.
+        Reads in ascending order; every input range lies inside exactly one read. A range
+        that lies inside the read being built joins it whatever its size (an empty range, such
+        as an inner chunk stored with 0 bytes, at the start or end of a larger one), so reads
+        of disjoint ranges never overlap; a read is over ``max_size`` only where one range
+        alone spans it.
     """
     out: list[CoalescedRange] = []
     group: list[ByteRange] = []
     g_start = g_end = 0
     for r in sorted(ranges, key=lambda r: r.start):
         end = r.start + r.length
-        if group and r.start - g_end <= max_gap and max(g_end, end) - g_start <= max_size:
+        if group and (
+            end <= g_end or (r.start - g_end <= max_gap and max(g_end, end) - g_start <= max_size)
+        ):
             group.append(r)
             g_end = max(g_end, end)
             continue
