@@ -10,6 +10,7 @@ which documents each wave asked for, and that a store failure still lands on its
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -180,3 +181,57 @@ def test_zarr_store_get_many_matches_get() -> None:
         else:
             assert value is not None and bytes(memoryview(value)) == bytes(memoryview(one.data))
     assert store.get_many([]) == []
+
+
+class CountingStore(MemoryStore):
+    """A zarr store that cuzarr reads through its own API (remote: each get a round trip).
+
+    Every ``get`` waits a little and is counted, with the most in flight at once.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets: list[str] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        self.gets.append(key)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0.01)
+            return await super().get(key, prototype, byte_range)
+        finally:
+            self.in_flight -= 1
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_group_members_of_a_remote_store_in_waves(zarr_format: int) -> None:
+    import cuzarr
+
+    zs = CountingStore()
+    root = zarr.open_group(zs, mode="w", zarr_format=zarr_format, attributes={"t": 1})
+    for i in range(5):
+        root.create_array(f"a{i}", shape=(2,), dtype="i4", chunks=(2,))[...] = i
+    root.create_group("sub", attributes={"k": 2})
+    plain = MemoryStore(store_dict=zs._store_dict)
+    g = cuzarr.open(zs)
+    assert isinstance(g, cuzarr.Group)
+    assert isinstance(g._handle.chunk_store(), ZarrChunkStore)
+    zs.gets.clear()
+    zs.max_in_flight = 0
+    members = dict(g.members())
+    # Every listed name's first document asked for together, none twice.
+    assert zs.max_in_flight >= 6
+    assert len(zs.gets) == len(set(zs.gets))
+    local = cuzarr.open(plain)
+    assert isinstance(local, cuzarr.Group)
+    want = dict(local.members())
+    assert sorted(members) == sorted(want) == ["a0", "a1", "a2", "a3", "a4", "sub"]
+    for name, member in members.items():
+        assert type(member) is type(want[name])
+        assert member.metadata == want[name].metadata
+    assert g.keys() == local.keys()
+    assert [n for n, _ in g.arrays()] == ["a0", "a1", "a2", "a3", "a4"]
+    assert int(members["a3"][0]) == 3

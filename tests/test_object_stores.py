@@ -22,7 +22,13 @@ import zarr
 import zarr.storage
 
 import cuzarr
-from cuzarr.errors import NodeNotFoundError, ReadOnlyError, StaleObjectError, StoreError
+from cuzarr.errors import (
+    NodeNotFoundError,
+    ReadOnlyError,
+    StaleObjectError,
+    StoreError,
+    UnsupportedError,
+)
 from loopback.services import Service
 from loopback.shards import byte_runs, shard_table
 
@@ -487,6 +493,29 @@ def test_v2_group_metadata_in_waves(service: Service) -> None:
     assert all(r.method == "GET" for r in service.log.entries)
     if service.name == "http":
         assert service.log.max_in_flight == 2
+
+
+def test_group_members_fetch_each_document_once(service: Service) -> None:
+    bucket = service.new_bucket()
+    store = _zarr_store(service, bucket, "m.zarr", read_only=False)
+    with zarr.config.set({"codec_pipeline.path": "zarr.core.codec_pipeline.BatchedCodecPipeline"}):
+        root = zarr.open_group(store, mode="w", zarr_format=2)
+        for i in range(3):
+            root.create_array(f"a{i}", shape=(2,), dtype="i4", chunks=(2,))[...] = [i, i]
+        root.create_group("sub")
+    g = cuzarr.open(service.url(bucket, "m.zarr"), storage_options=service.options())
+    assert isinstance(g, cuzarr.Group)
+    service.log.clear()
+    if service.name == "http":
+        with pytest.raises(UnsupportedError, match="list"):
+            g.keys()
+        return
+    members = dict(g.members())
+    assert sorted(members) == ["a0", "a1", "a2", "sub"]
+    gets = [(r.path, r.query) for r in service.log.entries if r.method == "GET"]
+    assert len(gets) == len(set(gets)), sorted(gets)
+    for i in range(3):
+        np.testing.assert_array_equal(members[f"a{i}"][...], [i, i])
 
 
 # ---------------------------------------------------------------------------- options

@@ -14,7 +14,14 @@ from cuzarr.array import Array, create_array_at
 from cuzarr.attributes import Attributes, persist_attributes
 from cuzarr.config import Device, Settings, settings_for
 from cuzarr.errors import MetadataError, NodeNotFoundError
-from cuzarr.metadata.load import GroupSpec, normalize_node_path, read_node
+from cuzarr.metadata.load import (
+    Documents,
+    GroupSpec,
+    fetch_documents,
+    holds_node,
+    normalize_node_path,
+    read_node,
+)
 
 if TYPE_CHECKING:
     from cuzarr.stores.targets import StoreHandle
@@ -127,11 +134,13 @@ class Group:
         return f"{self.path}/{rel}" if self.path else rel
 
     def __getitem__(self, key: str) -> Array | Group:
-        path = self._child(key)
+        return self._open(key, self._child(key), None)
+
+    def _open(self, key: str, path: str, documents: Documents | None) -> Array | Group:
         try:
             return open_node(
                 self._handle, path, settings=self._settings,
-                write_empty_chunks=self._write_empty_chunks,
+                write_empty_chunks=self._write_empty_chunks, documents=documents,
             )
         except NodeNotFoundError as exc:
             raise KeyError(
@@ -154,13 +163,27 @@ class Group:
             return False
         return self._handle.has_node(path)
 
+    def _found(self) -> tuple[list[tuple[str, str]], Documents | None]:
+        """``(name, path)`` of each direct member, and the documents fetched to find them.
+
+        On a remote store the documents of every listed name are fetched together
+        (:func:`~cuzarr.metadata.load.fetch_documents`: at most three round trips for the whole
+        group, where looking name by name costs one to three each) and opening the members
+        reuses them; a local store is asked name by name.
+        """
+        names = self._handle.list_dir(self.path)
+        paths = [f"{self.path}/{name}" if self.path else name for name in names]
+        store = self._handle.chunk_store()
+        if not store.caps.remote:
+            found = [(n, p) for n, p in zip(names, paths, strict=True) if self._handle.has_node(p)]
+            return found, None
+        documents = fetch_documents(store, paths)
+        found = [(n, p) for n, p in zip(names, paths, strict=True) if holds_node(documents, p)]
+        return found, documents
+
     def keys(self) -> list[str]:
         """Names of the direct members (arrays and groups), sorted."""
-        return [
-            name
-            for name in self._handle.list_dir(self.path)
-            if self._handle.has_node(f"{self.path}/{name}" if self.path else name)
-        ]
+        return [name for name, _ in self._found()[0]]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
@@ -170,8 +193,9 @@ class Group:
 
     def members(self) -> Iterator[tuple[str, Array | Group]]:
         """Yield ``(name, member)`` for every direct member, sorted by name."""
-        for name in self.keys():
-            yield name, self[name]
+        found, documents = self._found()
+        for name, path in found:
+            yield name, self._open(name, path, documents)
 
     def arrays(self) -> Iterator[tuple[str, Array]]:
         """Yield ``(name, array)`` for every direct member that is an array."""
@@ -214,15 +238,19 @@ def open_node(
     settings: Settings,
     write_empty_chunks: bool = False,
     zarr_format: int | None = None,
+    documents: Documents | None = None,
 ) -> Array | Group:
     """Open the array or group at ``path`` of an already resolved store.
+
+    ``documents``: metadata documents already fetched (see
+    :func:`~cuzarr.metadata.load.read_node`).
 
     Raises
     ------
     NodeNotFoundError
         If no array or group exists there.
     """
-    node = read_node(handle.chunk_store(), path, zarr_format=zarr_format)
+    node = read_node(handle.chunk_store(), path, zarr_format=zarr_format, documents=documents)
     if isinstance(node, GroupSpec):
         return Group(handle, node, settings=settings, write_empty_chunks=write_empty_chunks)
     return Array(handle, node, settings=settings, write_empty_chunks=write_empty_chunks)

@@ -30,8 +30,10 @@ if TYPE_CHECKING:
     from cuzarr.stores.base import ChunkStore
 
 __all__ = [
+    "Documents",
     "GroupSpec",
     "fetch_documents",
+    "holds_node",
     "normalize_node_path",
     "read_array_spec",
     "read_node",
@@ -171,6 +173,18 @@ def fetch_documents(
 def _format_error(path: str, document: str, doc: dict[str, Any], expected: int) -> MetadataError:
     reader = JsonReader(doc, document, path)
     return reader.fail("zarr_format", str(expected), doc.get("zarr_format"))
+
+
+def holds_node(documents: Documents, path: str) -> bool:
+    """Whether documents fetched by :func:`fetch_documents` show a node at ``path``.
+
+    A node is there when any of ``zarr.json``, ``.zarray``, ``.zgroup`` exists (the waves
+    fetch each only where the ones before it are missing).
+    """
+    return any(
+        documents.get(_key(path, name)) is not None
+        for name in (V3_DOCUMENT, V2_ARRAY_DOCUMENT, V2_GROUP_DOCUMENT)
+    )
 
 
 def read_node(

@@ -27,7 +27,13 @@ import numpy.typing as npt
 
 from cuzarr import _zarr_compat as compat
 from cuzarr.codecs.base import Buf, as_u8
-from cuzarr.errors import NodeNotFoundError, ReadOnlyError, StaleObjectError, StoreError
+from cuzarr.errors import (
+    NodeNotFoundError,
+    ReadOnlyError,
+    StaleObjectError,
+    StoreError,
+    UnsupportedError,
+)
 from cuzarr.stores.base import (
     BaseChunkStore,
     BufferPool,
@@ -514,13 +520,26 @@ class ObstoreChunkStore(BaseChunkStore):
             self._zarr_store = compat.object_store(self._store, read_only=True)
         return self._zarr_store
 
+    def _listing(self, prefix: str, list_fn: Any) -> Any:
+        """``list_fn`` over zarr's view of this store, failures named (``prefix``, the URL)."""
+        if not self.caps.listing:
+            raise UnsupportedError(
+                f"cannot list '{prefix}' in {self.name}: the server has no listing (HTTP(S)); "
+                "open arrays and groups by their paths, or read a consolidated group"
+            )
+        base = prefix.strip("/")
+        try:
+            return list_fn(self._as_zarr(), f"{base}/" if base else "")
+        except Exception as exc:
+            mapped = self._mapped(exc, "list", prefix)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
     def list_dir(self, prefix: str) -> list[str]:
         """Names directly below ``prefix`` (one delimited listing)."""
-        base = prefix.strip("/")
-        names = compat.list_dir(self._as_zarr(), f"{base}/" if base else "")
-        return sorted({n.strip("/") for n in names})
+        return sorted({n.strip("/") for n in self._listing(prefix, compat.list_dir)})
 
     def list_sizes(self, prefix: str) -> list[tuple[str, int]]:
         """Every key below ``prefix`` with its size."""
-        base = prefix.strip("/")
-        return sorted(compat.list_sizes(self._as_zarr(), f"{base}/" if base else ""))
+        return sorted(self._listing(prefix, compat.list_sizes))
