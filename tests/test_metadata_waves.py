@@ -118,6 +118,30 @@ def test_read_nodes_matches_node_by_node_reads_in_three_waves(zarr_format: int |
     assert asked_local <= set(asked_remote)
 
 
+@pytest.mark.parametrize("zarr_format", [None, 2, 3])
+def test_read_nodes_with_a_listing_fetch_only_what_exists_in_one_wave(
+    zarr_format: int | None,
+) -> None:
+    zs = _tree()
+    listed = set(zs._store_dict) | {"gone/zarr.json"}  # listed, then deleted before the read
+    paths = [*PATHS, "gone"]
+    local = RecordingStore(zs, remote=False)
+    want = [_one(local, p, zarr_format=zarr_format) for p in paths]
+    remote = RecordingStore(zs, remote=True)
+    got = read_nodes(remote, paths, zarr_format=zarr_format, listed=listed)
+    for path, g, w in zip(paths, got, want, strict=True):
+        assert _same(g, w), (path, g, w)
+    waves = [keys for kind, keys in remote.calls if kind == "get_many"]
+    assert len(waves) == 1
+    assert set(waves[0]) <= listed and len(waves[0]) == len(set(waves[0]))
+    # What node-by-node reads find is asked for; nothing else but the vanished document
+    # (and, for it, the follow-up reads node-by-node makes).
+    found = {k for _, keys in local.calls for k in keys if k in zs._store_dict}
+    assert found <= set(waves[0])
+    singles = [keys[0] for kind, keys in remote.calls if kind == "get"]
+    assert all(k.startswith("gone/") for k in singles), singles
+
+
 @pytest.mark.parametrize(
     ("path", "waves"),
     [

@@ -10,12 +10,14 @@ requests in flight together: every ``zarr.json`` first, then ``.zarray`` and ``.
 where there was none, then ``.zgroup`` where there was no ``.zarray``. The requests are those
 that looking node by node makes (one more, ``.zattrs``, for a path with no node at all);
 the round trips are at most three for any number of nodes instead of up to four per node.
+Where the caller has listed the store (``cuzarr info``, ``verify``, ``copy``), one wave asks
+for exactly the documents that exist.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -129,8 +131,35 @@ def _wave(store: ChunkStore, keys: list[str], into: dict[str, Buf | None]) -> No
         into.update(zip(keys, store.get_many(keys), strict=True))
 
 
+def _from_listing(
+    store: ChunkStore, paths: Sequence[str], zarr_format: int | None, listed: Container[str]
+) -> dict[str, Buf | None]:
+    """The documents of ``paths`` in one wave, asking only for those ``listed`` holds."""
+    into: dict[str, Buf | None] = {}
+    wanted: list[str] = []
+    for path in paths:
+        v3, array, group, attrs = (
+            _key(path, n)
+            for n in (V3_DOCUMENT, V2_ARRAY_DOCUMENT, V2_GROUP_DOCUMENT, V2_ATTRS_DOCUMENT)
+        )
+        if zarr_format in (None, 3) and v3 in listed:
+            wanted.append(v3)
+            continue
+        if zarr_format != 3:
+            found = array if array in listed else group if group in listed else None
+            if found is not None:
+                wanted += [found, attrs] if attrs in listed else [found]
+        into.update((k, None) for k in (v3, array, group, attrs) if k not in listed)
+    _wave(store, wanted, into)
+    return into
+
+
 def fetch_documents(
-    store: ChunkStore, paths: Sequence[str], *, zarr_format: int | None = None
+    store: ChunkStore,
+    paths: Sequence[str],
+    *,
+    zarr_format: int | None = None,
+    listed: Container[str] | None = None,
 ) -> dict[str, Buf | None]:
     """Fetch the metadata documents of the nodes at ``paths`` in at most three waves.
 
@@ -142,6 +171,9 @@ def fetch_documents(
         Node paths (normalised as by :func:`normalize_node_path`).
     zarr_format : {2, 3}, optional
         Only fetch documents of this format; by default v3 first, then v2.
+    listed : container of str, optional
+        Every key of the store, from a listing: then the documents are fetched in one wave,
+        only those that exist (a listed key gone before it is read reads as missing).
 
     Returns
     -------
@@ -154,8 +186,10 @@ def fetch_documents(
     CuzarrError
         If the store fails a request (the error names the first failed key of its wave).
     """
-    into: dict[str, Buf | None] = {}
     rest = list(dict.fromkeys(paths))
+    if listed is not None:
+        return _from_listing(store, rest, zarr_format, listed)
+    into: dict[str, Buf | None] = {}
     if zarr_format in (None, 3):
         _wave(store, [_key(p, V3_DOCUMENT) for p in rest], into)
         rest = [p for p in rest if into[_key(p, V3_DOCUMENT)] is None]
@@ -255,7 +289,11 @@ def read_node(
 
 
 def read_nodes(
-    store: ChunkStore, paths: Sequence[str], *, zarr_format: int | None = None
+    store: ChunkStore,
+    paths: Sequence[str],
+    *,
+    zarr_format: int | None = None,
+    listed: Container[str] | None = None,
 ) -> list[ArraySpec | GroupSpec | CuzarrError]:
     """Read the metadata of the nodes at ``paths``, each node's failure in its place.
 
@@ -273,6 +311,9 @@ def read_nodes(
         Node paths inside the store.
     zarr_format : {2, 3}, optional
         Only look for documents of this format; by default v3 first, then v2.
+    listed : container of str, optional
+        Every key of the store, when the caller has listed it: a remote store's documents
+        are then fetched in one wave, only those that exist.
 
     Returns
     -------
@@ -284,7 +325,7 @@ def read_nodes(
     if store.caps.remote:
         # On a failure: node by node below, each node's failure in its place.
         with contextlib.suppress(CuzarrError):
-            documents = fetch_documents(store, nodes, zarr_format=zarr_format)
+            documents = fetch_documents(store, nodes, zarr_format=zarr_format, listed=listed)
     out: list[ArraySpec | GroupSpec | CuzarrError] = []
     for node in nodes:
         try:

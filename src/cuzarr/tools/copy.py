@@ -355,12 +355,13 @@ def copy(
     src = open_handle(source, read_only=True)
     dst = open_handle(destination, read_only=False)
     src_store = src.chunk_store()
-    nodes = node_paths(list_store(src))
+    listing = list_store(src)
+    nodes = node_paths(listing)
     if "" not in nodes:
         read_node(src_store, "")  # raises NodeNotFoundError naming the store
         raise NodeNotFoundError(f"No Zarr array or group at the root of {src.name}")
     specs: list[ArraySpec | GroupSpec] = []
-    for node in read_nodes(src_store, nodes):
+    for node in read_nodes(src_store, nodes, listed=listing.sizes):
         if isinstance(node, CuzarrError):
             raise node
         specs.append(node)

@@ -203,7 +203,7 @@ def collect_info(target: Any) -> list[NodeInfo]:
     nodes.sort(key=lambda p: p.split("/") if p else [])
     store = handle.chunk_store()
     out: list[NodeInfo] = []
-    for path, node in zip(nodes, read_nodes(store, nodes), strict=True):
+    for path, node in zip(nodes, read_nodes(store, nodes, listed=listing.sizes), strict=True):
         if isinstance(node, CuzarrError):
             out.append(NodeInfo(path=path, kind="unknown", error=str(node)))
             continue
