@@ -571,3 +571,34 @@ def test_http_group_without_consolidated_metadata_is_named(http_static: Any) -> 
     assert url in str(info.value)
     # Arrays inside it open by path, no listing needed.
     np.testing.assert_array_equal(cuzarr.open(f"{url}/x")[...], [1, 2, 3, 4])
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_http_listing_from_metadata_is_the_directory(http_static: Any, zarr_format: int) -> None:
+    import os
+    import warnings
+
+    from cuzarr.stores.targets import resolve_target
+    from cuzarr.tools.metadata_listing import sizes_from_metadata
+
+    root = http_static.root / f"tree{zarr_format}" / "t.zarr"
+    g = zarr.open_group(str(root), mode="w", zarr_format=zarr_format, attributes={"a": 1})
+    g.create_array("x", shape=(5, 4), dtype="i4", chunks=(2, 4))[:4] = 7  # one chunk missing
+    sub = g.create_group("sub")
+    sub.create_array("y", shape=(3,), dtype="f8", chunks=(3,), attributes={"u": "m"})[...] = 1.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr: consolidated metadata is not in the v3 spec
+        zarr.consolidate_metadata(str(root))
+    want = {
+        os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/"): os.path.getsize(
+            os.path.join(d, f)
+        )
+        for d, _, files in os.walk(root)
+        for f in files
+    }
+    url = f"http://127.0.0.1:{http_static.port}/tree{zarr_format}/t.zarr"
+    store = resolve_target(url, read_only=True).chunk_store()
+    http_static.log.clear()
+    assert sizes_from_metadata(store, url) == want
+    asked = [r.path for r in http_static.log.entries]
+    assert len(asked) == len(set(asked)), sorted(asked)  # no object asked for twice

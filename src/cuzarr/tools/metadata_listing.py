@@ -4,7 +4,9 @@ Static web servers and CDNs answer GET and HEAD but have no listing, so ``cuzarr
 ``verify`` and ``copy`` find what they need from the metadata instead: the root node's
 document, its groups' consolidated metadata (zarr v3 ``consolidated_metadata`` in
 ``zarr.json``, v2 ``.zmetadata``) for the nodes below it, and every array's chunk grid for its
-chunk keys. Each possible chunk key costs one one-byte ranged GET (which returns the object's
+chunk keys. The metadata documents are fetched in waves
+(:func:`cuzarr.metadata.load.fetch_documents`), which gives their sizes too; each other possible
+key (a chunk, a document not fetched) costs one one-byte ranged GET (which returns the object's
 size); missing chunks are simply not stored, as in a listing.
 """
 
@@ -16,8 +18,9 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from cuzarr.errors import CuzarrError, UnsupportedError
-from cuzarr.metadata.load import read_node, read_nodes
+from cuzarr.codecs.base import Buf
+from cuzarr.errors import UnsupportedError
+from cuzarr.metadata.load import fetch_documents, read_node
 from cuzarr.metadata.spec import ArraySpec
 from cuzarr.stores.base import ChunkStore, Suffix
 
@@ -39,17 +42,24 @@ def _size(store: ChunkStore, key: str) -> int | None:
     return int(got.size) if got.size is not None else int(got.data.nbytes)
 
 
-def _children(store: ChunkStore, path: str, name: str) -> list[str]:
-    """Paths of every node below the group at ``path``, from its consolidated metadata."""
-    v3 = store.get(_key(path, "zarr.json"))
+def _children(
+    store: ChunkStore, path: str, name: str, documents: dict[str, Buf | None]
+) -> list[str]:
+    """Paths of every node below the group at ``path``, from its consolidated metadata.
+
+    ``documents`` holds the group's fetched documents; ``.zmetadata`` (v2) is added to it.
+    """
+    v3 = documents.get(_key(path, "zarr.json"))
     if v3 is not None:
-        meta: Any = json.loads(bytes(v3.data)).get("consolidated_metadata")
+        meta: Any = json.loads(bytes(memoryview(v3))).get("consolidated_metadata")
         if isinstance(meta, dict) and isinstance(meta.get("metadata"), dict):
             return sorted(_key(path, str(k)) for k in meta["metadata"])
     else:
-        zmeta = store.get(_key(path, ".zmetadata"))
+        key = _key(path, ".zmetadata")
+        got = store.get(key)
+        documents[key] = zmeta = None if got is None else got.data
         if zmeta is not None:
-            entries: Any = json.loads(bytes(zmeta.data)).get("metadata")
+            entries: Any = json.loads(bytes(memoryview(zmeta))).get("metadata")
             if isinstance(entries, dict):
                 heads = {
                     head
@@ -91,17 +101,24 @@ def sizes_from_metadata(store: ChunkStore, name: str) -> dict[str, int]:
     UnsupportedError
         For a group without consolidated metadata (its members cannot be found).
     """
-    root = read_node(store, "")
+    documents = fetch_documents(store, [""])
+    root = read_node(store, "", documents=documents)
     nodes = [""]
     if not isinstance(root, ArraySpec):
-        nodes += _children(store, "", name)
+        nodes += _children(store, "", name, documents)
+        documents.update(fetch_documents(store, nodes[1:]))
     keys: list[str] = []
-    for path, node in zip(nodes, [root, *read_nodes(store, nodes[1:])], strict=True):
-        if isinstance(node, CuzarrError):
-            raise node
-        keys += [_key(path, d) for d in _DOCUMENTS]
+    known: dict[str, int] = {}
+    for path in nodes:
+        node = root if path == "" else read_node(store, path, documents=documents)
+        for doc in _DOCUMENTS:
+            key = _key(path, doc)
+            if key not in documents:
+                keys.append(key)  # not fetched: its size is asked for
+            elif (data := documents[key]) is not None:
+                known[key] = memoryview(data).nbytes
         if isinstance(node, ArraySpec):
             keys += list(_chunk_keys(node))
     with ThreadPoolExecutor(_WORKERS) as pool:
         sizes = list(pool.map(lambda k: _size(store, k), keys))
-    return {k: n for k, n in zip(keys, sizes, strict=True) if n is not None}
+    return known | {k: n for k, n in zip(keys, sizes, strict=True) if n is not None}
