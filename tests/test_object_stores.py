@@ -579,7 +579,7 @@ def test_http_listing_from_metadata_is_the_directory(http_static: Any, zarr_form
     import warnings
 
     from cuzarr.stores.targets import resolve_target
-    from cuzarr.tools.metadata_listing import sizes_from_metadata
+    from cuzarr.tools.metadata_listing import walk_metadata
 
     root = http_static.root / f"tree{zarr_format}" / "t.zarr"
     g = zarr.open_group(str(root), mode="w", zarr_format=zarr_format, attributes={"a": 1})
@@ -599,6 +599,18 @@ def test_http_listing_from_metadata_is_the_directory(http_static: Any, zarr_form
     url = f"http://127.0.0.1:{http_static.port}/tree{zarr_format}/t.zarr"
     store = resolve_target(url, read_only=True).chunk_store()
     http_static.log.clear()
-    assert sizes_from_metadata(store, url) == want
+    walk = walk_metadata(store, url)
+    assert walk.sizes == want
+    assert all(bytes(memoryview(d)) == (root / k).read_bytes()
+               for k, d in walk.documents.items() if d is not None)
     asked = [r.path for r in http_static.log.entries]
     assert len(asked) == len(set(asked)), sorted(asked)  # no object asked for twice
+    # cuzarr info reads the tree from what the walk read: again no object twice.
+    from cuzarr.tools import collect_info
+
+    http_static.log.clear()
+    nodes = collect_info(url)
+    assert sorted(n.path for n in nodes) == ["", "sub", "sub/y", "x"]
+    assert all(n.error is None for n in nodes)
+    asked = [r.path for r in http_static.log.entries]
+    assert len(asked) == len(set(asked)), sorted(asked)

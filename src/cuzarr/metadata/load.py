@@ -294,6 +294,7 @@ def read_nodes(
     *,
     zarr_format: int | None = None,
     listed: Container[str] | None = None,
+    documents: Documents | None = None,
 ) -> list[ArraySpec | GroupSpec | CuzarrError]:
     """Read the metadata of the nodes at ``paths``, each node's failure in its place.
 
@@ -314,6 +315,9 @@ def read_nodes(
     listed : container of str, optional
         Every key of the store, when the caller has listed it: a remote store's documents
         are then fetched in one wave, only those that exist.
+    documents : mapping, optional
+        Documents the caller has already read (a walk of a store without listing): nothing
+        is fetched ahead, and a document not among them is read on its own.
 
     Returns
     -------
@@ -321,11 +325,12 @@ def read_nodes(
         One :class:`~cuzarr.metadata.spec.ArraySpec`, :class:`GroupSpec` or error per path.
     """
     nodes = [normalize_node_path(p) for p in paths]
-    documents: Documents = {}
-    if store.caps.remote:
-        # On a failure: node by node below, each node's failure in its place.
-        with contextlib.suppress(CuzarrError):
-            documents = fetch_documents(store, nodes, zarr_format=zarr_format, listed=listed)
+    if documents is None:
+        documents = {}
+        if store.caps.remote:
+            # On a failure: node by node below, each node's failure in its place.
+            with contextlib.suppress(CuzarrError):
+                documents = fetch_documents(store, nodes, zarr_format=zarr_format, listed=listed)
     out: list[ArraySpec | GroupSpec | CuzarrError] = []
     for node in nodes:
         try:

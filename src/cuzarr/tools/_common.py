@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from cuzarr.codecs.base import Buf
 from cuzarr.metadata.spec import ArraySpec
 from cuzarr.stores.targets import StoreHandle, resolve_target
 
@@ -57,9 +58,14 @@ class Listing:
     ----------
     sizes : dict of str to int
         Key to size in bytes, temporary files included.
+    documents : dict of str to bytes or None
+        Metadata documents already read to make the listing (stores without listing, walked
+        from their metadata), ``None`` for those known to be missing; empty otherwise. Pass
+        them on to :func:`cuzarr.metadata.load.read_nodes` instead of reading them again.
     """
 
     sizes: dict[str, int]
+    documents: dict[str, Buf | None] = field(default_factory=dict)
 
 
 def list_store(handle: StoreHandle) -> Listing:
@@ -79,9 +85,10 @@ def list_store(handle: StoreHandle) -> Listing:
     """
     store = handle.chunk_store()
     if not store.caps.listing:
-        from cuzarr.tools.metadata_listing import sizes_from_metadata
+        from cuzarr.tools.metadata_listing import walk_metadata
 
-        return Listing(sizes_from_metadata(store, handle.name))
+        walk = walk_metadata(store, handle.name)
+        return Listing(walk.sizes, walk.documents)
     return Listing(dict(store.list_sizes("")))
 
 

@@ -361,7 +361,8 @@ def copy(
         read_node(src_store, "")  # raises NodeNotFoundError naming the store
         raise NodeNotFoundError(f"No Zarr array or group at the root of {src.name}")
     specs: list[ArraySpec | GroupSpec] = []
-    for node in read_nodes(src_store, nodes, listed=listing.sizes):
+    known = listing.documents or None
+    for node in read_nodes(src_store, nodes, listed=listing.sizes, documents=known):
         if isinstance(node, CuzarrError):
             raise node
         specs.append(node)

@@ -203,7 +203,8 @@ def collect_info(target: Any) -> list[NodeInfo]:
     nodes.sort(key=lambda p: p.split("/") if p else [])
     store = handle.chunk_store()
     out: list[NodeInfo] = []
-    for path, node in zip(nodes, read_nodes(store, nodes, listed=listing.sizes), strict=True):
+    found = read_nodes(store, nodes, listed=listing.sizes, documents=listing.documents or None)
+    for path, node in zip(nodes, found, strict=True):
         if isinstance(node, CuzarrError):
             out.append(NodeInfo(path=path, kind="unknown", error=str(node)))
             continue

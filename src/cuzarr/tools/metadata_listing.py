@@ -16,6 +16,7 @@ import itertools
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from cuzarr.codecs.base import Buf
@@ -24,7 +25,7 @@ from cuzarr.metadata.load import fetch_documents, read_node
 from cuzarr.metadata.spec import ArraySpec
 from cuzarr.stores.base import ChunkStore, Suffix
 
-__all__ = ["sizes_from_metadata"]
+__all__ = ["MetadataWalk", "walk_metadata"]
 
 _DOCUMENTS = ("zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata")
 #: Size requests in flight at once.
@@ -79,7 +80,23 @@ def _chunk_keys(spec: ArraySpec) -> Iterator[str]:
         yield spec.chunk_key(tuple(coords))
 
 
-def sizes_from_metadata(store: ChunkStore, name: str) -> dict[str, int]:
+@dataclass(frozen=True, slots=True)
+class MetadataWalk:
+    """What :func:`walk_metadata` found.
+
+    Attributes
+    ----------
+    sizes : dict of str to int
+        Metadata documents and chunks (shards) that exist, with their sizes.
+    documents : dict of str to bytes or None
+        The metadata documents read on the way (``None``: known to be missing).
+    """
+
+    sizes: dict[str, int]
+    documents: dict[str, Buf | None]
+
+
+def walk_metadata(store: ChunkStore, name: str) -> MetadataWalk:
     """Every stored key of the node tree at the store's root, with its size, from metadata.
 
     Parameters
@@ -91,8 +108,8 @@ def sizes_from_metadata(store: ChunkStore, name: str) -> dict[str, int]:
 
     Returns
     -------
-    dict of str to int
-        Metadata documents and chunks (shards) that exist, with their sizes.
+    MetadataWalk
+        The keys and sizes, and the documents read to find them.
 
     Raises
     ------
@@ -121,4 +138,5 @@ def sizes_from_metadata(store: ChunkStore, name: str) -> dict[str, int]:
             keys += list(_chunk_keys(node))
     with ThreadPoolExecutor(_WORKERS) as pool:
         sizes = list(pool.map(lambda k: _size(store, k), keys))
-    return known | {k: n for k, n in zip(keys, sizes, strict=True) if n is not None}
+    found = {k: n for k, n in zip(keys, sizes, strict=True) if n is not None}
+    return MetadataWalk(known | found, documents)

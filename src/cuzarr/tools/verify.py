@@ -264,7 +264,8 @@ def verify(
     settings = get_settings()
     report.stale_temporary_files = sorted(k for k in listing.sizes if k.endswith(TEMP_SUFFIX))
     items: list[_Item] = []
-    for path, node in zip(nodes, read_nodes(store, nodes, listed=listing.sizes), strict=True):
+    found = read_nodes(store, nodes, listed=listing.sizes, documents=listing.documents or None)
+    for path, node in zip(nodes, found, strict=True):
         meta_key = f"{path}/" if path else ""
         if isinstance(node, UnsupportedError):
             report.warnings.append(f"array '{path}' not checked: {node}")
