@@ -40,6 +40,11 @@ class CountingStore(BaseChunkStore):
             part = data
         return GetResult(np.frombuffer(part, np.uint8), len(data), f"v{hash(data)}")
 
+    def get_many(self, keys: Sequence[str], size_hint: int | None = None) -> list[Buf | None]:
+        self.calls.append(("get_many", ",".join(keys)))
+        return [None if k not in self.objects else np.frombuffer(self.objects[k], np.uint8)
+                for k in keys]
+
     def read_into(self, key: str, out: np.ndarray) -> int | None:
         raise AssertionError("the cache reads whole objects through get")
 
@@ -89,6 +94,23 @@ def test_whole_objects_ranges_and_suffixes_come_from_the_cache() -> None:
     # Cached bytes cannot be changed by whoever receives them.
     with pytest.raises(ValueError):
         np.asarray(_data(store.get("a")))[0] = 1
+
+
+def test_get_many_serves_hits_and_fetches_misses_in_one_call() -> None:
+    inner, store = _store()
+    inner.objects.update({"a": b"AA", "b": b"BBB", "c": b"C"})
+    assert store.get("a") is not None and store.get("nope") is None
+    inner.calls.clear()
+    got = store.get_many(["a", "b", "nope", "c", "gone"])
+    assert [None if g is None else bytes(memoryview(g)) for g in got] == [
+        b"AA", b"BBB", None, b"C", None
+    ]
+    # One call for the keys not cached (the missing "nope" was remembered); now all are.
+    assert inner.calls == [("get_many", "b,c,gone")]
+    inner.calls.clear()
+    again = store.get_many(["c", "gone", "b"])
+    assert [None if g is None else bytes(memoryview(g)) for g in again] == [b"C", None, b"BBB"]
+    assert inner.calls == []
 
 
 def test_ranges_of_uncached_objects_go_to_the_store_and_are_not_kept() -> None:

@@ -126,13 +126,20 @@ def _chunk_file(path: Path, coords: tuple[int, int, int]) -> Path:
 
 @pytest.mark.parametrize(
     "damage",
-    ["garbage", "truncated", "too-long", "wrong-size-frame"],
+    ["garbage", "truncated", "too-long", "wrong-size-frame", "empty"],
 )
-def test_a_bad_chunk_in_a_batch_is_named(tmp_path: Path, damage: str) -> None:
+@pytest.mark.parametrize("c_batches", [True, False])
+def test_a_bad_chunk_in_a_batch_is_named(
+    tmp_path: Path, damage: str, c_batches: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not c_batches:
+        monkeypatch.setattr(cpu_backend.zstd_batch, "available", lambda: False)
     path, _data = _store(tmp_path)
     victim = _chunk_file(path, (3, 5, 2))
     good = victim.read_bytes()
-    if damage == "garbage":
+    if damage == "empty":
+        victim.write_bytes(b"")
+    elif damage == "garbage":
         victim.write_bytes(b"not a zstd frame at all" * 3)
     elif damage == "truncated":
         victim.write_bytes(good[: len(good) // 2])
@@ -207,6 +214,11 @@ def test_empty_batches_decode_to_nothing() -> None:
     from cuzarr.metadata import parse_v3
 
     assert list(zstd_decode_many([], 160)) == []
+    # An empty chunk is never a frame: a named CorruptChunkError, not python-zstandard's bare
+    # ValueError for a batch of empty inputs.
+    for frames in ([b""], [np.empty(0, np.uint8)]):
+        with pytest.raises(CorruptChunkError, match="empty"):
+            zstd_decode_many(frames, 160)
     doc = {
         "zarr_format": 3,
         "node_type": "array",

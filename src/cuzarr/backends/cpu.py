@@ -234,10 +234,11 @@ class CpuBackend:
     def batching(self, codec: Codec, n: int, *, remote: bool, op: Op, threads: int) -> Batching:
         """One chunk per task, except many small zstd chunks: ``ZSTD_BATCH`` per task.
 
-        Batched reads are for local stores only: remote stores are bound by requests in
-        flight, not by the GIL; they take :func:`read_batch_size` chunks per task (more where
-        there are many). Encodes batch one-block zstd chunks (one GIL-free call per
-        batch, :meth:`~cuzarr.codecs.chain.ChunkCodec.encode_many`) for any store.
+        Batched reads here are for local stores only: a remote store's reads are one chunk per
+        task as far as the backend is concerned, and the read loop groups them into batches of
+        ``get_many`` calls itself (:func:`cuzarr.engine.read.remote_batching`). Encodes batch
+        one-block zstd chunks (one GIL-free call per batch,
+        :meth:`~cuzarr.codecs.chain.ChunkCodec.encode_many`) for any store.
 
         Decodes and encodes (no I/O) of many light chunks (``codec.light``: a few
         microseconds of codec work each, blosc lz4 inner chunks of 8 KiB) run on one thread:

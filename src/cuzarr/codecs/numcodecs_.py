@@ -213,11 +213,18 @@ def zstd_decode_many(frames: list[Buf], size: int, name: str = "zstd") -> Any:
     if not frames:
         # python-zstandard 0.25 dies of SIGFPE on an empty list instead of returning nothing.
         return []
+    views: list[bytes | bytearray | memoryview] = [
+        f if isinstance(f, bytes) else memoryview(as_u8(f)) for f in frames
+    ]
+    if not all(len(v) for v in views):
+        # No zstd frame is empty; python-zstandard raises a bare ValueError ("must pass at
+        # least 1 argument") for a batch of empty ones.
+        raise CorruptChunkError(f"{name} batch: an empty chunk")
     dctx = _zstd_decompressor()
     sizes = np.full(len(frames), size, np.uint64).tobytes()
     try:
         return dctx.multi_decompress_to_buffer(
-            [f if isinstance(f, bytes) else memoryview(as_u8(f)) for f in frames],
+            views,
             decompressed_sizes=sizes,
             threads=1,
         )

@@ -194,6 +194,27 @@ class CachedChunkStore(BaseChunkStore):
                 return self._fetch_whole(key)
         return self.inner.get(key, byte_range, if_match=if_match)
 
+    def get_many(self, keys: Sequence[str], size_hint: int | None = None) -> list[Buf | None]:
+        """Whole objects: cached ones from the cache, the others in one ``get_many`` of the store.
+
+        Those fetched are kept, as :meth:`get` keeps them.
+        """
+        out: list[Buf | None] = [None] * len(keys)
+        misses: list[int] = []
+        for i, key in enumerate(keys):
+            hit = self.cache.lookup(key)
+            if hit is None:
+                misses.append(i)
+            elif hit is not _MISSING:
+                out[i] = hit
+        if misses:
+            generation = self.cache.generation
+            fetched = self.inner.get_many([keys[i] for i in misses])
+            for i, data in zip(misses, fetched, strict=True):
+                self.cache.put(keys[i], data, generation)
+                out[i] = data
+        return out
+
     def get_ranges(
         self,
         key: str,
