@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Coroutine, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -135,6 +135,46 @@ def _u8(data: Any) -> Buf:
     return data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
 
 
+def _store_error(exc: BaseException, what: str, where: str) -> Exception:
+    """The cuzarr error for an obstore failure: one line naming the operation and ``where``."""
+    from obstore.exceptions import (
+        InvalidPathError,
+        NotFoundError,
+        PermissionDeniedError,
+        UnauthenticatedError,
+    )
+
+    detail = first_line(exc)
+    if isinstance(exc, (NotFoundError, FileNotFoundError)) and _no_bucket(exc):
+        kind = "container" if "ContainerNotFound" in str(exc) else "bucket"
+        return NodeNotFoundError(f"Failed to {what} {where}: the {kind} does not exist ({detail})")
+    if isinstance(exc, PermissionDeniedError):
+        return StoreError(
+            f"Failed to {what} {where}: access denied (check the credentials and the "
+            f"bucket policy): {detail}"
+        )
+    if isinstance(exc, UnauthenticatedError):
+        return StoreError(f"Failed to {what} {where}: bad or missing credentials: {detail}")
+    if isinstance(exc, InvalidPathError):
+        return StoreError(f"Failed to {what} {where}: invalid object key: {detail}")
+    return StoreError(f"Failed to {what} {where}: {detail}")
+
+
+def _reraise(exc: BaseException, what: str, key: str, store: str) -> NoReturn:
+    """Raise ``exc`` as it leaves the store: obstore's failures as cuzarr errors naming ``key``.
+
+    obstore raises ``NotImplementedError`` for what a store cannot do (HTTPStore: puts with a
+    mode other than overwrite); cuzarr's own errors and anything else pass as they are.
+    """
+    from obstore.exceptions import BaseError
+
+    if isinstance(exc, StoreError) or not isinstance(
+        exc, (BaseError, OSError, NotImplementedError)
+    ):
+        raise exc
+    raise _store_error(exc, what, f"'{key}' in {store}") from exc
+
+
 class ObstoreChunkStore(BaseChunkStore):
     """The engine's store over an obstore store (``S3Store``, ``GCSStore``, ``HTTPStore``...).
 
@@ -197,56 +237,11 @@ class ObstoreChunkStore(BaseChunkStore):
         async with self._limit():
             return await make()  # type: ignore[no-any-return]
 
-    def _error(self, exc: BaseException, what: str, key: str) -> Exception:
-        """The cuzarr error for an obstore failure: one line naming the operation and URL."""
-        from obstore.exceptions import (
-            InvalidPathError,
-            NotFoundError,
-            PermissionDeniedError,
-            UnauthenticatedError,
-        )
-
-        detail = first_line(exc)
-        where = f"'{key}' in {self.name}"
-        if isinstance(exc, (NotFoundError, FileNotFoundError)) and _no_bucket(exc):
-            kind = "container" if "ContainerNotFound" in str(exc) else "bucket"
-            return NodeNotFoundError(
-                f"Failed to {what} {where}: the {kind} does not exist ({detail})"
-            )
-        if isinstance(exc, PermissionDeniedError):
-            return StoreError(
-                f"Failed to {what} {where}: access denied (check the credentials and the "
-                f"bucket policy): {detail}"
-            )
-        if isinstance(exc, UnauthenticatedError):
-            return StoreError(f"Failed to {what} {where}: bad or missing credentials: {detail}")
-        if isinstance(exc, InvalidPathError):
-            return StoreError(f"Failed to {what} {where}: invalid object key: {detail}")
-        return StoreError(f"Failed to {what} {where}: {detail}")
-
     def _call[T](self, coro: Coroutine[Any, Any, T], what: str, key: str) -> T:
         try:
             return run_on_loop(coro)
         except Exception as exc:
-            mapped = self._mapped(exc, what, key)
-            if mapped is exc:
-                raise
-            raise mapped from exc
-
-    def _mapped(self, exc: Exception, what: str, key: str) -> Exception:
-        """``exc`` as it leaves the store: obstore's failures as cuzarr errors naming ``key``.
-
-        obstore raises ``NotImplementedError`` for what a store cannot do (HTTPStore: puts
-        with a mode other than overwrite); cuzarr's own errors and anything else pass as they
-        are.
-        """
-        from obstore.exceptions import BaseError
-
-        if isinstance(exc, StoreError) or not isinstance(
-            exc, (BaseError, OSError, NotImplementedError)
-        ):
-            return exc
-        return self._error(exc, what, key)
+            _reraise(exc, what, key, self.name)
 
     def _token(self, meta: Any) -> str | None:
         """The version token of an object's metadata: its ETag, and generation on GCS."""
@@ -373,10 +368,7 @@ class ObstoreChunkStore(BaseChunkStore):
         out: list[Buf | None] = []
         for key, got in zip(keys, results, strict=True):
             if isinstance(got, BaseException):
-                mapped = self._mapped(got, "read", key) if isinstance(got, Exception) else got
-                if mapped is got:
-                    raise got
-                raise mapped from got
+                _reraise(got, "read", key, self.name)
             out.append(None if got is None else got.data)
         return out
 
@@ -531,10 +523,7 @@ class ObstoreChunkStore(BaseChunkStore):
         try:
             return list_fn(self._as_zarr(), f"{base}/" if base else "")
         except Exception as exc:
-            mapped = self._mapped(exc, "list", prefix)
-            if mapped is exc:
-                raise
-            raise mapped from exc
+            _reraise(exc, "list", prefix, self.name)
 
     def list_dir(self, prefix: str) -> list[str]:
         """Names directly below ``prefix`` (one delimited listing)."""
