@@ -10,7 +10,8 @@ read, decoded and copied into the output in one call into C (:meth:`Backend.read
 else fetched and decoded in one GIL-free call. Remote stores are read in batches of whole
 chunks, each batch one :meth:`~cuzarr.stores.base.ChunkStore.get_many` (its requests in flight
 together) and one decode (:func:`remote_batching`).
-On the GPU a whole wave is fetched on the I/O threads and decoded in one call.
+On the GPU a whole wave is fetched (from a remote store in one ``get_many``, from a local one
+on the I/O threads) and decoded in one call.
 
 Shards. Waves of shards bounded by ``max_bytes_in_flight``: phase one fetches, per shard, the
 union of the inner chunks its items need (:class:`~cuzarr.codecs.sharding.reader.ShardReader`
@@ -174,8 +175,14 @@ def read_chunks(
         if batching.parallel:
             raws = store.get_many([requests[i].key for i in batch], hint)
         else:
-            fetched = backend.fetch(store, [requests[i].key for i in batch], codec)
-            raws = fetched if fetched is not None else parallel_map(get_one, batch, io)
+            keys = [requests[i].key for i in batch]
+            fetched = backend.fetch(store, keys, codec)
+            if fetched is not None:
+                raws = fetched
+            elif store.caps.remote:  # a wave's requests out together, as a remote batch's
+                raws = store.get_many(keys)
+            else:
+                raws = parallel_map(get_one, batch, io)
         items: list[DecodeItem] = []
         present: list[int] = []
         for i, raw in zip(batch, raws, strict=True):
