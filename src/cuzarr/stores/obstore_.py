@@ -206,10 +206,7 @@ class ObstoreChunkStore(BaseChunkStore):
         http = _is_http(store)
         # HTTP servers have no listing and no conditional puts (obstore's HTTPStore).
         self.caps = StoreCaps(
-            remote=True,
-            versions=True,
-            conditional_put=not http,
-            listing=not http,
+            remote=True, versions=True, conditional_put=not http, listing=not http,
             concurrency=limit,
         )
         self._generations = _is_gcs(store)
@@ -405,7 +402,9 @@ class ObstoreChunkStore(BaseChunkStore):
         from obstore.exceptions import PreconditionError
 
         try:
-            return list(await asyncio.gather(*(self._range(key, s, n, version) for s, n in ranges)))
+            return list(
+                await asyncio.gather(*(self._range(key, s, n, version) for s, n in ranges))
+            )
         except PreconditionError as exc:
             raise self._stale(key, version) from exc
         except Exception as exc:
