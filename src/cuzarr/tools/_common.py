@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from cuzarr.codecs.base import Buf
+from cuzarr.errors import CuzarrError
+from cuzarr.metadata.load import GroupSpec, read_nodes
 from cuzarr.metadata.spec import ArraySpec
+from cuzarr.stores.base import ChunkStore
 from cuzarr.stores.targets import StoreHandle, resolve_target
 
 __all__ = [
@@ -90,6 +93,17 @@ def list_store(handle: StoreHandle) -> Listing:
         walk = walk_metadata(store, handle.name)
         return Listing(walk.sizes, walk.documents)
     return Listing(dict(store.list_sizes("")))
+
+
+def read_listed_nodes(
+    store: ChunkStore, nodes: Sequence[str], listing: Listing
+) -> list[ArraySpec | GroupSpec | CuzarrError]:
+    """:func:`~cuzarr.metadata.load.read_nodes` of ``nodes``, with what ``listing`` knows.
+
+    The listing's keys say which documents exist (one wave of exactly those on a remote
+    store), and the documents a metadata walk already read are not read again.
+    """
+    return read_nodes(store, nodes, listed=listing.sizes, documents=listing.documents or None)
 
 
 def node_paths(listing: Listing) -> list[str]:

@@ -29,7 +29,7 @@ from cuzarr.api import open_node
 from cuzarr.array import Array
 from cuzarr.config import Settings, get_settings
 from cuzarr.errors import CuzarrError, MetadataError, NodeNotFoundError
-from cuzarr.metadata.load import GroupSpec, read_node, read_nodes
+from cuzarr.metadata.load import GroupSpec, read_node
 from cuzarr.metadata.spec import ArraySpec, CodecSpec
 from cuzarr.stores.targets import StoreHandle
 from cuzarr.tools._common import (
@@ -38,6 +38,7 @@ from cuzarr.tools._common import (
     list_store,
     node_paths,
     open_handle,
+    read_listed_nodes,
 )
 from cuzarr.tools.copy_options import (
     BLOSC_CNAMES,
@@ -361,8 +362,7 @@ def copy(
         read_node(src_store, "")  # raises NodeNotFoundError naming the store
         raise NodeNotFoundError(f"No Zarr array or group at the root of {src.name}")
     specs: list[ArraySpec | GroupSpec] = []
-    known = listing.documents or None
-    for node in read_nodes(src_store, nodes, listed=listing.sizes, documents=known):
+    for node in read_listed_nodes(src_store, nodes, listing):
         if isinstance(node, CuzarrError):
             raise node
         specs.append(node)

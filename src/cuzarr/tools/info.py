@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuzarr.errors import CuzarrError, NodeNotFoundError
-from cuzarr.metadata.load import GroupSpec, read_node, read_nodes
+from cuzarr.metadata.load import GroupSpec, read_node
 from cuzarr.metadata.spec import ArraySpec, CodecSpec
 from cuzarr.stores.local import TEMP_SUFFIX
 from cuzarr.tools._common import (
@@ -22,6 +22,7 @@ from cuzarr.tools._common import (
     node_paths,
     open_handle,
     parse_chunk_key,
+    read_listed_nodes,
     shard_layout,
 )
 
@@ -203,7 +204,7 @@ def collect_info(target: Any) -> list[NodeInfo]:
     nodes.sort(key=lambda p: p.split("/") if p else [])
     store = handle.chunk_store()
     out: list[NodeInfo] = []
-    found = read_nodes(store, nodes, listed=listing.sizes, documents=listing.documents or None)
+    found = read_listed_nodes(store, nodes, listing)
     for path, node in zip(nodes, found, strict=True):
         if isinstance(node, CuzarrError):
             out.append(NodeInfo(path=path, kind="unknown", error=str(node)))

@@ -29,7 +29,7 @@ from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
 from cuzarr.codecs.sharding import EMPTY
 from cuzarr.config import get_settings
 from cuzarr.errors import CuzarrError, UnsupportedError
-from cuzarr.metadata.load import GroupSpec, read_node, read_nodes
+from cuzarr.metadata.load import GroupSpec, read_node
 from cuzarr.metadata.spec import ArraySpec
 from cuzarr.stores.base import ChunkStore
 from cuzarr.stores.local import TEMP_SUFFIX
@@ -42,6 +42,7 @@ from cuzarr.tools._common import (
     node_paths,
     open_handle,
     parse_chunk_key,
+    read_listed_nodes,
 )
 
 __all__ = ["VERIFY_SCHEMA", "Problem", "VerifyReport", "verify"]
@@ -264,7 +265,7 @@ def verify(
     settings = get_settings()
     report.stale_temporary_files = sorted(k for k in listing.sizes if k.endswith(TEMP_SUFFIX))
     items: list[_Item] = []
-    found = read_nodes(store, nodes, listed=listing.sizes, documents=listing.documents or None)
+    found = read_listed_nodes(store, nodes, listing)
     for path, node in zip(nodes, found, strict=True):
         meta_key = f"{path}/" if path else ""
         if isinstance(node, UnsupportedError):
