@@ -76,8 +76,11 @@ class ZarrChunkStore(BaseChunkStore):
         except (FileNotFoundError, StoreError):
             raise
         except OSError as exc:
-            # Name what failed: the operation, the key and the store.
-            raise StoreError(f"Failed to {what} '{key}' in {self.name}: {exc}") from exc
+            raise self._failed(what, key, exc) from exc
+
+    def _failed(self, what: str, key: str, exc: OSError) -> StoreError:
+        """The store's error, named: the operation, the key and the store."""
+        return StoreError(f"Failed to {what} '{key}' in {self.name}: {exc}")
 
     @staticmethod
     def _bytes(value: Any) -> Buf:
@@ -137,7 +140,7 @@ class ZarrChunkStore(BaseChunkStore):
             if isinstance(value, FileNotFoundError) or value is None:
                 out.append(None)
             elif isinstance(value, OSError) and not isinstance(value, StoreError):
-                raise StoreError(f"Failed to read '{key}' in {self.name}: {value}") from value
+                raise self._failed("read", key, value) from value
             elif isinstance(value, BaseException):
                 raise value
             else:
