@@ -10,7 +10,6 @@ which documents each wave asked for, and that a store failure still lands on its
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 import zarr
 from zarr.storage import MemoryStore
 
+from counting_store import CountingStore
 from cuzarr.codecs.base import Buf
 from cuzarr.errors import CuzarrError, NodeNotFoundError, StoreError
 from cuzarr.metadata.load import fetch_documents, read_node, read_nodes
@@ -205,29 +205,6 @@ def test_zarr_store_get_many_matches_get() -> None:
         else:
             assert value is not None and bytes(memoryview(value)) == bytes(memoryview(one.data))
     assert store.get_many([]) == []
-
-
-class CountingStore(MemoryStore):
-    """A zarr store that cuzarr reads through its own API (remote: each get a round trip).
-
-    Every ``get`` waits a little and is counted, with the most in flight at once.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gets: list[str] = []
-        self.in_flight = 0
-        self.max_in_flight = 0
-
-    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
-        self.gets.append(key)
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            await asyncio.sleep(0.01)
-            return await super().get(key, prototype, byte_range)
-        finally:
-            self.in_flight -= 1
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])

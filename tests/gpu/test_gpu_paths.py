@@ -14,6 +14,7 @@ import pytest
 import zarr
 
 import cuzarr
+from counting_store import CountingStore
 from cuzarr.errors import CorruptChunkError
 
 pytestmark = pytest.mark.gpu
@@ -271,30 +272,8 @@ def test_small_zstd_chunks_go_in_device_waves_not_host_batches(tmp_path, monkeyp
     np.testing.assert_array_equal(cp.asnumpy(a[...]), data)
 
 
-class _CountingStore(zarr.storage.MemoryStore):
-    """A zarr store cuzarr reads through its own API (remote): gets counted, most in flight."""
-
-    def __init__(self):
-        super().__init__()
-        self.gets = []
-        self.in_flight = 0
-        self.max_in_flight = 0
-
-    async def get(self, key, prototype, byte_range=None):
-        import asyncio
-
-        self.gets.append(key)
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            await asyncio.sleep(0.005)
-            return await super().get(key, prototype, byte_range)
-        finally:
-            self.in_flight -= 1
-
-
 def test_a_wave_from_a_remote_store_is_fetched_in_one_batch():
-    zs = _CountingStore()
+    zs = CountingStore(delay=0.005)
     data = (np.arange(64 * 48) % 1000).astype("<i4").reshape(64, 48)
     z = zarr.create_array(zs, shape=data.shape, chunks=(8, 8), dtype="<i4",
                           compressors=[zarr.codecs.ZstdCodec()])
