@@ -221,9 +221,10 @@ def remote_batching(ctx: ArrayContext, n: int, in_flight: int) -> tuple[Batching
     concurrency, so its slots stay full while a batch is decoded and a slow request holds up
     only its own batch. Bytes in flight stay within ``Settings.max_bytes_in_flight``.
     A read of few chunks is split into two batches a thread at least, so that every thread
-    decodes. Measured (nginx on loopback, 2 threads, bench/remote_chunks.py): 1,024 zstd
-    chunks of 8 KiB 341-409 ms one request per engine I/O thread, 208-214 ms in batches of
-    32 (the 1,024 requests alone through obstore: 182 ms); chunks of 512 KiB-1 MiB level.
+    decodes. Measured (nginx on loopback, 2 threads, bench/results/remote-chunks-nginx.md):
+    1,024 zstd chunks of 8 KiB 330-360 ms one request per engine I/O thread, 190-218 ms in
+    batches of 32 (the 1,024 requests alone through obstore: 182 ms); chunks of 512 KiB-1 MiB
+    level or faster.
     """
     settings = ctx.settings
     threads = max(2, settings.n_threads)
