@@ -91,7 +91,7 @@ def measure(
 ) -> dict[str, Any]:
     """Time one engine x dataset x workload cell (best of ``repeats``) and verify it."""
     cell = cell_record(adapter.name, threads, ds, workload)
-    expected = np.load(data_dir / f"{ds.source}.npy", mmap_mode="r")
+    expected = ds.expected(data_dir)
     source = data_dir / f"{ds.key}.zarr"
     times: list[float] = []
     try:

@@ -30,14 +30,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from bench import interleave
 from bench.cells import Mismatch, check_equal, measure
 from bench.datasets import datasets_for, generate
 from bench.engines import Unsupported, make_adapter
 from bench.floor import measure_floor
 from bench.matrix import (
+    ALL_DATASET_KEYS,
     CUZARR_ENGINES,
     DATASET_KEYS,
     ENGINES,
@@ -106,7 +105,7 @@ def run_rss(job: dict[str, Any]) -> dict[str, Any]:
         got = adapter.read(h, Ellipsis)
         result["peak_bytes"] = peak = _peak_rss()
         result["over_baseline_bytes"] = peak - base
-        check_equal(got, np.load(Path(job["data"]) / f"{ds.source}.npy", mmap_mode="r"), "rss")
+        check_equal(got, ds.expected(Path(job["data"])), "rss")
         result["verified"] = True
     except Unsupported as exc:
         result["error"] = f"unsupported: {exc}"
@@ -178,9 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, default=None, help="edge of the cube datasets (512)")
     p.add_argument(
         "--datasets",
-        type=_csv(DATASET_KEYS),
+        type=_csv(ALL_DATASET_KEYS),
         default=list(DATASET_KEYS),
-        help="subset of a,b,c,d,e,f,g,h (all)",
+        help="subset of a..k (a..h; i,j,k are the independent check, size a multiple of 8)",
     )
     p.add_argument(
         "--engines",
@@ -328,6 +327,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if repeats < 1:
         raise SystemExit("--repeats: expected an integer >= 1")
     sets = datasets_for(size)
+    if missing := [k for k in args.datasets if k not in sets]:
+        raise SystemExit(
+            f"--datasets {','.join(missing)}: the independent check's datasets need --size a "
+            f"multiple of 8, got {size}"
+        )
     created = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     name = args.name or created.strftime("%Y%m%dT%H%M%SZ") + ("-quick" if args.quick else "")
     doc: dict[str, Any] = {

@@ -1,4 +1,8 @@
-"""The eight generated datasets of the comparison: their layouts, data, and writing them once."""
+"""The generated datasets of the comparison: their layouts, data, and writing them once.
+
+Eight from the performance issues (``a`` .. ``h``, the default run) and three for the
+independent check (``i`` .. ``k``: other layouts, run on request).
+"""
 
 from __future__ import annotations
 
@@ -23,11 +27,12 @@ class Dataset:
     ----------
     key : str
         ``a`` .. ``h`` (``a`` .. ``f`` from the first performance issue, ``g`` and ``h``
-        from the second).
+        from the second), ``i`` .. ``k`` (the independent check).
     description : str
         Human-readable layout.
     source : str
-        Name of the ``.npy`` file holding the expected data.
+        Name of the ``.npy`` file holding the expected data (in C order; an array of another
+        shape with as many elements reads it reshaped, :meth:`expected`).
     shape, chunks, shards
         Array shape, (inner) chunk shape, shard shape or ``None``.
     dtype : str
@@ -45,6 +50,10 @@ class Dataset:
     chunks: tuple[int, ...]
     shards: tuple[int, ...] | None
     codec: str
+
+    def expected(self, data_dir: Path) -> np.ndarray:
+        """The expected values: the source ``.npy`` in ``data_dir``, mapped, in this shape."""
+        return np.load(data_dir / f"{self.source}.npy", mmap_mode="r").reshape(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -93,12 +102,20 @@ def _cap(shape: Sequence[int], chunk: int) -> tuple[int, ...]:
 
 
 def datasets_for(size: int) -> dict[str, Dataset]:
-    """The eight datasets of the issues for a cube of edge ``size`` (512 in the full run).
+    """The datasets for a cube of edge ``size`` (512 in the full run).
 
     (e) is a cube of edge ``size // 2`` in 16^3 chunks; (f) a ``16 size`` square float32 image
     in 512x512 chunks (8192^2 at 512: as many bytes as the cube); (g) the cube in shards of
     small inner chunks of a fast codec; (h) the cube in blosc with lz4. Chunk and shard shapes
     are capped to the array; shards stay a multiple of the inner chunks.
+
+    The independent check, where ``size`` is a multiple of 8: (i) the cube's values as a 5-D
+    microscopy stack (TCZYX ``4 x 2 x size/8 x size x size``) in ``1 x 1 x 16 x 128 x 128``
+    chunks of blosc lz4, as OME-Zarr writes them; (j) a float32 climate grid (time x lat x
+    lon, ``size/4 x 3 size/4 + 1 x 3 size/2``) in chunks that do not divide it (partial edge
+    chunks along latitude), zstd; (k) the cube's values as a 4-D stack
+    (``8 x size/8 x size x size``) in ``1 x size/8 x size/2 x size/2`` shards of
+    ``1 x 16 x 32 x 32`` zstd chunks (16 KiB).
     """
     if size < 2:
         raise ValueError(f"size: expected an integer >= 2, got {size}")
@@ -110,7 +127,7 @@ def datasets_for(size: int) -> dict[str, Dataset]:
     small = (max(size // 2, 1),) * 3
     image = (16 * size,) * 2
     c64 = _cap(cube, 64)
-    return {
+    sets = {
         "a": Dataset(
             key="a",
             description="64^3 chunks, zstd(3)",
@@ -192,6 +209,74 @@ def datasets_for(size: int) -> dict[str, Dataset]:
             codec="blosc-lz4",
         ),
     }
+    if size % 8 == 0:
+        sets.update(_extra_datasets(size))
+    return sets
+
+
+def _shape(shape: Sequence[int]) -> str:
+    return "x".join(map(str, shape))
+
+
+def _extra_datasets(size: int) -> dict[str, Dataset]:
+    """(i), (j), (k) of :func:`datasets_for` (``size`` a multiple of 8)."""
+    stack = (4, 2, size // 8, size, size)
+    grid = (max(size // 4, 1), 3 * size // 4 + 1, 3 * size // 2)
+    grid_chunks = (min(16, grid[0]), 3 * size // 16 + 1, 3 * size // 8)
+    four = (8, size // 8, size, size)
+    four_inner = (1, min(16, size // 8), min(32, size), min(32, size))
+    # A multiple of the inner chunks, within the array.
+    half = max(size // 2 // four_inner[2], 1) * four_inner[2]
+    four_shards = (1, -(-(size // 8) // four_inner[1]) * four_inner[1], half, half)
+    stack_chunks = (1, 1, min(16, stack[2]), *_cap(stack[3:], 128))
+    return {
+        "i": Dataset(
+            key="i",
+            description=f"5-D TCZYX stack, {_shape(stack_chunks)} chunks, blosc lz4(5)+shuffle",
+            source="cube",
+            shape=stack,
+            dtype="uint16",
+            chunks=stack_chunks,
+            shards=None,
+            codec="blosc-lz4",
+        ),
+        "j": Dataset(
+            key="j",
+            description=f"float32 time x lat x lon grid, {_shape(grid_chunks)} "
+            "chunks (partial at the edge), zstd(3)",
+            source="grid",
+            shape=grid,
+            dtype="float32",
+            chunks=grid_chunks,
+            shards=None,
+            codec="zstd",
+        ),
+        "k": Dataset(
+            key="k",
+            description=f"4-D stack, {_shape(four_inner)} chunks in {_shape(four_shards)} "
+            "shards, zstd(3)",
+            source="cube",
+            shape=four,
+            dtype="uint16",
+            chunks=four_inner,
+            shards=four_shards,
+            codec="zstd",
+        ),
+    }
+
+
+def make_grid(shape: tuple[int, int, int], *, seed: int = SEED) -> np.ndarray:
+    """A ``(time, lat, lon)`` float32 field: a pattern drifting in time, noise, quarter steps."""
+    rng = np.random.default_rng(seed)
+    t, ny, nx = shape
+    lat = np.linspace(-90.0, 90.0, ny, dtype=np.float32)[:, None]
+    lon = np.linspace(0.0, 360.0, nx, endpoint=False, dtype=np.float32)[None, :]
+    out = np.empty(shape, np.float32)
+    for i in range(t):
+        base = 250.0 + 40.0 * np.cos(np.radians(lat)) + 5.0 * np.sin(np.radians(lon + 3.0 * i))
+        noise = rng.integers(0, 16, (ny, nx)).astype(np.float32)
+        out[i] = np.round((base + noise * 0.25) * 4.0) / 4.0
+    return out
 
 
 def make_image(edge: int, *, seed: int = SEED) -> np.ndarray:
@@ -258,6 +343,7 @@ def generate(root: Path, size: int, keys: Sequence[str], progress: Callable[[str
         "cube": lambda: make_data(size, seed=SEED),
         "small": lambda: make_data(sets["e"].shape[0], seed=SEED + 1),
         "image": lambda: make_image(sets["f"].shape[0], seed=SEED + 2),
+        "grid": lambda: make_grid(sets["j"].shape, seed=SEED + 3),
     }
     import zarr
 
@@ -274,6 +360,6 @@ def generate(root: Path, size: int, keys: Sequence[str], progress: Callable[[str
             np.save(npy, data)
         progress(f"writing dataset ({key}) {ds.description} with zarr's default pipeline")
         with zarr.config.set({"codec_pipeline.path": ZARR_PIPELINES["zarr"]}):
-            create_array(ds, root / f"{key}.zarr")[...] = np.asarray(data)
+            create_array(ds, root / f"{key}.zarr")[...] = np.asarray(data).reshape(ds.shape)
         done["arrays"].append(key)
         manifest.write_text(json.dumps(done))

@@ -74,7 +74,7 @@ def measure_floor(
     """
     cell = cell_record(FLOOR, threads, ds, workload)
     cell["pipeline"] = "zstandard" if ds.codec == "zstd" else "numcodecs"  # see encode_part
-    expected = np.load(data_dir / f"{ds.source}.npy", mmap_mode="r")
+    expected = ds.expected(data_dir)
     codec = _numcodec(ds)
     chunk_nbytes = math.prod(ds.chunks) * np.dtype(ds.dtype).itemsize
     regions = list(ds.chunk_regions())

@@ -19,6 +19,11 @@ FLOOR = "floor"
 WORKLOADS = ("read_all", "read_chunks", "read_strided", "write_all", "write_partial")
 FLOOR_WORKLOADS = ("read_all", "write_all")
 DATASET_KEYS = ("a", "b", "c", "d", "e", "f", "g", "h")
+#: The independent check: other layouts than the issues' eight (5-D microscopy, a climate
+#: grid with partial edge chunks, 4-D shards), run on request (``--datasets i,j,k``), not by
+#: default. Their edges need a cube size divisible by 8.
+EXTRA_DATASET_KEYS = ("i", "j", "k")
+ALL_DATASET_KEYS = DATASET_KEYS + EXTRA_DATASET_KEYS
 STRIDE = 4
 #: Repeats of write_partial per round, at least (best counts, as for ``--repeats``): one call
 #: is 1-25 ms, where one sample's jitter is as large as the engines' differences.

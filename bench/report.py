@@ -10,8 +10,8 @@ from typing import Any
 from bench import interleave
 from bench.datasets import datasets_for
 from bench.matrix import (
+    ALL_DATASET_KEYS,
     CUZARR_ENGINES,
-    DATASET_KEYS,
     ENGINES,
     FLOOR,
     FLOOR_WORKLOADS,
@@ -144,7 +144,7 @@ def evaluate_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         return None if mine is None or ref is None else mine / ref
 
     for engine in CUZARR_ENGINES:
-        for key in DATASET_KEYS:
+        for key in ALL_DATASET_KEYS:
             add(
                 "read_all_vs_peer",
                 "read all >= 1.0x best peer",
@@ -177,7 +177,7 @@ def evaluate_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 higher=False,
                 unit="us",
             )
-        for key in DATASET_KEYS:
+        for key in ALL_DATASET_KEYS:
             for workload in ("write_all", "write_partial"):
                 add(
                     f"{workload}_vs_peer",
@@ -220,7 +220,7 @@ def evaluate_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 None if one is None or two is None else two / one,
                 1.8,
             )
-    for key in DATASET_KEYS:
+    for key in ALL_DATASET_KEYS:
         add(
             "read_chunks_vs_tensorstore",
             "read chunk by chunk (explicit API) >= 1.2x TensorStore",

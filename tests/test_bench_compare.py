@@ -124,6 +124,37 @@ def test_datasets_match_the_issue_at_full_size() -> None:
     assert g.chunks == (16,) * 3 and g.shards == (256,) * 3 and g.codec == "blosc-lz4"
     assert g.nchunks == 32**3 and h.chunks == (64,) * 3 and h.codec == "blosc-lz4"
 
+def test_independent_check_datasets_at_full_size() -> None:
+    sets = datasets.datasets_for(512)
+    assert set(matrix.ALL_DATASET_KEYS) == set(sets)
+    i, j, k = sets["i"], sets["j"], sets["k"]
+    # (i), (k): the cube's values in 5-D and 4-D; (j) its own grid, with partial edge chunks.
+    assert i.shape == (4, 2, 64, 512, 512) and i.nbytes == sets["a"].nbytes
+    assert i.chunks == (1, 1, 16, 128, 128) and i.codec == "blosc-lz4" and i.source == "cube"
+    assert j.shape == (128, 385, 768) and j.chunks == (16, 97, 192) and j.dtype == "float32"
+    assert any(n % c for n, c in zip(j.shape, j.chunks, strict=True))
+    assert k.shape == (8, 64, 512, 512) and k.shards == (1, 64, 256, 256)
+    assert k.chunks == (1, 16, 32, 32) and k.codec == "zstd" and k.nchunks == 8192
+    # Not in the default run; only where the cube's edge is a multiple of 8.
+    assert "i" not in matrix.DATASET_KEYS and "i" not in datasets.datasets_for(36)
+
+
+@pytest.mark.parametrize("size", [16, 32])
+def test_independent_check_datasets_read_back_and_floor(tmp_path: Path, size: int) -> None:
+    datasets.generate(tmp_path, size, ["i", "j", "k"], lambda _m: None)
+    cube = np.load(tmp_path / "cube.npy")
+    for key in ("i", "j", "k"):
+        ds = datasets.datasets_for(size)[key]
+        want = ds.expected(tmp_path)
+        assert want.shape == ds.shape
+        if ds.source == "cube":  # the cube's values, reshaped in C order
+            assert np.array_equal(want.ravel(), cube.ravel())
+        cells.check_equal(cells._zarr_default_read(tmp_path / f"{key}.zarr", Ellipsis), want, key)
+        for kind in ("read_all", "write_all"):
+            cell = floor.measure_floor(ds, kind, data_dir=tmp_path, repeats=1, threads=2)
+            assert cell["error"] is None and cell["verified"] is True, (key, kind, cell)
+
+
 
 def test_blosc_lz4_floor_and_small_zstd_floor(tmp_path: Path) -> None:
     datasets.generate(tmp_path, 32, ["g", "e"], lambda _m: None)
