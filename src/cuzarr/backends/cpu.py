@@ -32,6 +32,7 @@ from cuzarr.backends.base import (
     reraise_decode,
 )
 from cuzarr.backends.fill_check import uniform
+from cuzarr.backends.grid_parts import GridPart, grid_parts, interleaved, interleaved_chunks
 from cuzarr.backends.pool import parallel_map
 from cuzarr.codecs import blosc_batch, zstd_batch
 from cuzarr.codecs.base import Buf, as_u8
@@ -56,9 +57,8 @@ ZSTD_BATCHES = Batching(size=ZSTD_BATCH, parallel=True)
 ZSTD_READ_BATCH_MAX = 128
 
 #: Boxes of at least this many inner chunks decode at once (:meth:`CpuBackend.decode_grid`), in
-#: parts of about ``GRID_PART_BYTES`` decoded bytes (a part: whole slabs along the first axis).
+#: parts (:func:`~cuzarr.backends.grid_parts.grid_parts`).
 GRID_MIN = 2 * ZSTD_BATCH
-GRID_PART_BYTES = 2 << 20
 
 class _ChunkScratch:
     """Per-thread decoded-chunk buffers keyed by shape and dtype."""
@@ -79,43 +79,6 @@ class _ChunkScratch:
                 cache.clear()
             buf = cache[key] = np.empty(shape, dtype=dtype)
         return buf
-
-
-def _grid_parts(grid: tuple[int, ...], nbytes: int) -> tuple[int, list[tuple[int, int]]]:
-    """Inner chunks per slab of a box (along its first axis), and its parts.
-
-    A part is a range of slabs of about :data:`GRID_PART_BYTES` decoded bytes.
-    """
-    slab = math.prod(grid[1:])
-    step = max(1, GRID_PART_BYTES // max(1, slab * nbytes))
-    return slab, [(a, min(a + step, grid[0])) for a in range(0, grid[0], step)]
-
-
-def _interleaved(
-    block: npt.NDArray[Any], counts: tuple[int, ...], shape: tuple[int, ...], *, writeable: bool
-) -> npt.NDArray[Any]:
-    """``block`` (``counts`` inner chunks of ``shape`` per axis) viewed as (k0, c0, k1, c1, ...).
-
-    Any strides: the view steps over exactly ``block``'s own memory.
-    """
-    return np.lib.stride_tricks.as_strided(
-        block,
-        shape=tuple(x for k, c in zip(counts, shape, strict=True) for x in (k, c)),
-        strides=tuple(x for st, c in zip(block.strides, shape, strict=True) for x in (st * c, st)),
-        writeable=writeable,
-    )
-
-
-def _interleaved_chunks(
-    chunks: npt.NDArray[Any], counts: tuple[int, ...], shape: tuple[int, ...]
-) -> npt.NDArray[Any]:
-    """Contiguous chunks (C order over ``counts``) as a (k0, c0, k1, c1, ...) view.
-
-    The axes of :func:`_interleaved`'s view, so one assignment copies between the layouts.
-    """
-    nd = len(shape)
-    axes = tuple(i for d in range(nd) for i in (d, d + nd))
-    return chunks.reshape((*counts, *shape)).transpose(axes)
 
 
 def read_batch_size(n: int, threads: int) -> int:
@@ -382,11 +345,12 @@ class CpuBackend:
 
         Taken for chains whose stored bytes are one Blosc frame (``codec.blosc_params``) or
         zstd frames (``codec.zstd_frames``) of the chunk when the batch helper is built
-        (:func:`_grid_decoder`): per part (whole slabs of the box along its first axis,
-        about :data:`GRID_PART_BYTES`), the frames are decoded into a contiguous scratch
-        buffer by one GIL-free call (``blosc_batch`` / ``zstd_batch.decode_frames``), empty
-        inner chunks filled, and the part copied into ``dest`` by one NumPy assignment
-        through a view that interleaves the grid and chunk axes. Parts run on ``threads``
+        (:func:`_grid_decoder`): per part (a block of whole inner chunks,
+        :func:`~cuzarr.backends.grid_parts.grid_parts`), the frames are decoded into a
+        contiguous scratch buffer by one GIL-free call (``blosc_batch`` /
+        ``zstd_batch.decode_frames``), empty inner chunks filled, and the part copied into
+        ``dest`` by one NumPy assignment through a view that interleaves the grid and chunk
+        axes. Parts run on ``threads``
         threads. A frame the batch refuses is decoded on its own, which names what is wrong.
         """
         n = len(grid.starts)
@@ -400,11 +364,10 @@ class CpuBackend:
             return False
         shape, g, nbytes = codec.shape, grid.grid, codec.nbytes
         assert dest.shape == tuple(a * c for a, c in zip(g, shape, strict=True))
-        slab, parts = _grid_parts(g, nbytes)
+        parts = grid_parts(g, shape, nbytes, threads)
 
-        def one(part: tuple[int, int]) -> None:
-            a0, a1 = part
-            lo, hi = a0 * slab, a1 * slab
+        def one(part: GridPart) -> None:
+            lo, hi = part.lo, part.hi
             m = hi - lo
             stage = self._scratch.get((m * nbytes,), np.dtype(np.uint8))
             starts, lengths = grid.starts[lo:hi], grid.lengths[lo:hi]
@@ -424,10 +387,8 @@ class CpuBackend:
                 )
                 item = DecodeItem(grid.data[start : start + length], chunks[j], grid.key, inner)
                 self._decode_one(codec, item, False, name)
-            counts = (a1 - a0, *g[1:])
-            block = dest[a0 * shape[0] : a1 * shape[0]]
-            target = _interleaved(block, counts, shape, writeable=True)
-            target[...] = _interleaved_chunks(chunks, counts, shape)
+            target = interleaved(dest[part.region], part.counts, shape, writeable=True)
+            target[...] = interleaved_chunks(chunks, part.counts, shape)
 
         parallel_map(one, parts, threads)
         return True
@@ -439,10 +400,10 @@ class CpuBackend:
 
         Taken for chains whose stored bytes are one Blosc frame (``codec.blosc_params``) when
         the batch helper is built and the box holds at least :data:`GRID_MIN` inner chunks.
-        Per part (whole slabs along the first axis), the inner chunks are copied into a
-        contiguous buffer in C order of the box, those equal to the fill value found (zarr's
-        rule, :meth:`all_equal`, asked only of chunks whose first element does not already
-        differ from it), and the rest compressed by one GIL-free call
+        Per part (:func:`~cuzarr.backends.grid_parts.grid_parts`), the inner chunks are
+        copied into a contiguous buffer in C order of the box, those equal to the fill value
+        found (zarr's rule, :meth:`all_equal`, asked only of chunks whose first element does
+        not already differ from it), and the rest compressed by one GIL-free call
         (:func:`~cuzarr.codecs.blosc_batch.encode_rows`): numcodecs' frames, byte for byte.
         """
         params = codec.blosc_params if isinstance(codec, ChunkCodec) else None
@@ -459,20 +420,17 @@ class CpuBackend:
         if n < GRID_MIN or src.shape != tuple(a * c for a, c in zip(g, shape, strict=True)):
             return None
         # The stored byte order must be the in-memory one (``direct``): checked by blosc_params.
-        slab, parts = _grid_parts(g, nbytes)
+        parts = grid_parts(g, shape, nbytes, threads)
         stride = nbytes + blosc_batch.BLOSC_OVERHEAD
         rows = np.empty((n, stride), np.uint8)
         flat_rows = rows.reshape(-1)
         sizes = np.zeros(n, np.int64)
 
-        def one(part: tuple[int, int]) -> None:
-            a0, a1 = part
-            lo, m = a0 * slab, (a1 - a0) * slab
-            counts = (a1 - a0, *g[1:])
+        def one(part: GridPart) -> None:
+            lo, m = part.lo, part.hi - part.lo
             stage = self._scratch.get((m, *shape), codec.dtype)
-            block = src[a0 * shape[0] : a1 * shape[0]]
-            source = _interleaved(block, counts, shape, writeable=False)
-            _interleaved_chunks(stage, counts, shape)[...] = source
+            source = interleaved(src[part.region], part.counts, shape, writeable=False)
+            interleaved_chunks(stage, part.counts, shape)[...] = source
             keep = np.ones(m, bool)
             if not write_empty:
                 first = stage.reshape(m, -1)[:, 0]
