@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +183,62 @@ def test_a_forked_child_makes_its_own_helpers(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "child 0"
     assert len(list((tmp_path / "child").iterdir())) == 8
+
+
+def _affinities() -> dict[str, str]:
+    """Every thread of this process: its allowed CPUs (``Cpus_allowed_list``)."""
+    found = {}
+    for task in Path("/proc/self/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                found[task.name] = line.split(":", 1)[1].strip()
+    return found
+
+
+needs_two_cpus = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs Linux and two CPUs this process may use",
+)
+
+
+@needs_two_cpus
+def test_a_helper_on_its_callers_cpu_leaves_it_and_restores_its_affinity() -> None:
+    # cz_leave_cpu_probe runs the helper's step on this thread: leave the current CPU (the
+    # kernel moves the thread at once), then restore the affinity it had.
+    lib = _native.helper()
+    assert lib is not None
+    assert lib.cz_leave_cpu_probe() == 7  # left, ran elsewhere, affinity restored
+
+
+@needs_two_cpus
+def test_a_thread_confined_to_one_cpu_stays_there() -> None:
+    lib = _native.helper()
+    assert lib is not None
+    keep = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(keep)})  # this thread only
+        assert lib.cz_leave_cpu_probe() == 4  # nowhere to go: nothing changed
+        assert os.sched_getaffinity(0) == {min(keep)}
+    finally:
+        os.sched_setaffinity(0, keep)
+
+
+@needs_two_cpus
+@pytest.mark.parametrize("kind", ["raw", "zstd-numcodecs"])
+def test_helped_calls_from_worker_threads_leave_every_affinity_as_it_was(
+    tmp_path: Path, kind: str
+) -> None:
+    """As zarr's synchronous API calls the engine: from a thread the caller waits on."""
+    if kind not in COMPRESSORS:
+        pytest.skip(f"{kind} is not available")
+    before = _affinities()
+    _, want = _put(tmp_path / "want", 8, 0, COMPRESSORS[kind])
+    with ThreadPoolExecutor(1) as pool:
+        for r in range(40):
+            status, files = pool.submit(_put, tmp_path / f"r{r}", 8, 1, COMPRESSORS[kind]).result()
+            assert status == [0] * 8 and files == want
+    after = _affinities()
+    assert {after[t] for t in after} == {before[next(iter(before))]}
 
 
 def test_helpers_out_of_range_are_refused(tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ __all__ = [
 
 LIBRARY = Path(__file__).with_name("libczbatch.so")
 #: The helper's ``cz_abi_version()``: a library built from another source is not used.
-ABI_VERSION = 17
+ABI_VERSION = 18
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -56,6 +56,8 @@ _I32 = ctypes.c_int
 def _bind(lib: ctypes.CDLL) -> None:
     lib.cz_abi_version.argtypes = []
     lib.cz_abi_version.restype = _I32
+    lib.cz_leave_cpu_probe.argtypes = []
+    lib.cz_leave_cpu_probe.restype = _I32
     lib.cz_decompress_many.argtypes = [_P, _I64, _P, _P, _P, _P, _I64, _P]
     lib.cz_decompress_many.restype = _I64
     lib.cz_compress_many.argtypes = [
