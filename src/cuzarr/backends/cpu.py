@@ -350,8 +350,8 @@ class CpuBackend:
         contiguous scratch buffer by one GIL-free call (``blosc_batch`` /
         ``zstd_batch.decode_frames``), empty inner chunks filled, and the part copied into
         ``dest`` by one NumPy assignment through a view that interleaves the grid and chunk
-        axes. Parts run on ``threads``
-        threads. A frame the batch refuses is decoded on its own, which names what is wrong.
+        axes. Parts run on ``threads`` threads. A frame the batch refuses is decoded on its
+        own, which names what is wrong.
         """
         n = len(grid.starts)
         decode_frames = _grid_decoder(codec) if n >= GRID_MIN else None

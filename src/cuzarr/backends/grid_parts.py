@@ -72,9 +72,9 @@ def grid_parts(
     parts: list[GridPart] = []
     for flat, head in enumerate(itertools.product(*(range(g) for g in grid[:split]))):
         region = tuple(slice(i * c, (i + 1) * c) for i, c in zip(head, shape, strict=False))
+        first = flat * grid[split]
         for a0 in range(0, grid[split], step):
             a1 = min(a0 + step, grid[split])
-            first = flat * grid[split]
             parts.append(
                 GridPart(
                     lo=(first + a0) * slab,
