@@ -42,6 +42,7 @@ from bench.matrix import (
     ENGINES,
     FLOOR,
     FLOOR_WORKLOADS,
+    MULTI_CALL_WORKLOADS,
     PEERS,
     REPO,
     RESULTS_DIR,
@@ -276,6 +277,10 @@ def _run_interleaved(
                         _progress(f"  {engine} -> {cell['error']}")
                     doc["results"].append(cell)
                 doc["round_ratios"] += interleave.round_ratios(per_engine, CUZARR_ENGINES, PEERS)
+                if workload in MULTI_CALL_WORKLOADS:
+                    doc["round_ratios"] += interleave.round_ratios(
+                        per_engine, CUZARR_ENGINES, PEERS, statistic="median"
+                    )
         for engine in engines:
             if engine in CUZARR_ENGINES:
                 stats = workers[engine].ask({"cmd": "stats"})["cuzarr_stats"]

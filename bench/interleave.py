@@ -189,13 +189,33 @@ def merge_rounds(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     merged["mb_per_s"] = merged["nbytes"] / 1e6 / max(merged["median_seconds"], 1e-9)
     merged["mb_per_s_best"] = merged["nbytes"] / 1e6 / max(merged["best_seconds"], 1e-9)
     merged["rounds"] = len(cells)
+    calls = [[float(t) for t in c.get("seconds", [c["best_seconds"]])] for c in cells]
+    merged["call_seconds"] = calls
+    merged["median_call_seconds"] = statistics.median(t for r in calls for t in r)
     return merged
 
 
+def _round_time(cell: dict[str, Any], statistic: str) -> float:
+    """A round's time of one engine: its best call, or the median of its calls."""
+    if statistic == "best":
+        return float(cell["best_seconds"])
+    if statistic == "median":
+        return float(statistics.median(cell.get("seconds", [cell["best_seconds"]])))
+    raise ValueError(f"statistic must be 'best' or 'median', not {statistic!r}")
+
+
 def round_ratios(
-    per_engine: dict[str, list[dict[str, Any]]], engines: Sequence[str], peers: Sequence[str]
+    per_engine: dict[str, list[dict[str, Any]]],
+    engines: Sequence[str],
+    peers: Sequence[str],
+    statistic: str = "best",
 ) -> list[dict[str, Any]]:
-    """Per engine of ``engines``: its speed over the best peer's, round by round."""
+    """Per engine of ``engines``: its speed over the best peer's, round by round.
+
+    ``statistic`` picks each engine's time in a round: ``"best"`` (its best call, the
+    headline) or ``"median"`` (the median of its calls, for cells timed several times a
+    round: what a typical call costs, which a best-of-N hides).
+    """
     out: list[dict[str, Any]] = []
     for engine in engines:
         cells = per_engine.get(engine)
@@ -204,12 +224,12 @@ def round_ratios(
         ratios = []
         for r, cell in enumerate(cells):
             peer_times = [
-                float(per_engine[p][r]["best_seconds"])
+                _round_time(per_engine[p][r], statistic)
                 for p in peers
                 if p in per_engine and not per_engine[p][r]["error"]
             ]
             if peer_times:
-                ratios.append(min(peer_times) / float(cell["best_seconds"]))
+                ratios.append(min(peer_times) / _round_time(cell, statistic))
         if ratios:
             c0 = cells[0]
             out.append(
@@ -219,6 +239,7 @@ def round_ratios(
                     "dataset": c0["dataset"],
                     "workload": c0["workload"],
                     "vs": "best peer",
+                    "statistic": statistic,
                     "ratios": ratios,
                     "min": min(ratios),
                     "median": statistics.median(ratios),

@@ -28,6 +28,9 @@ STRIDE = 4
 #: Repeats of write_partial per round, at least (best counts, as for ``--repeats``): one call
 #: is 1-25 ms, where one sample's jitter is as large as the engines' differences.
 PARTIAL_REPEATS = 5
+#: Workloads timed several times a round: their ratios are reported for the best call (the
+#: headline and the targets) and for the median call (what a typical call costs).
+MULTI_CALL_WORKLOADS = ("write_partial",)
 SEED = 0
 ZARR_PIPELINES = {
     "zarr": "zarr.core.codec_pipeline.BatchedCodecPipeline",

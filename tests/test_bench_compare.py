@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -324,7 +325,7 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
             "--engines",
             "cuzarr-api,zarr",
             "--workloads",
-            "read_all,write_all",
+            "read_all,write_all,write_partial",
             "--no-rss",
             "--scratch",
             str(tmp_path / "missing" / "scratch"),
@@ -349,10 +350,21 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
         assert c["error"] is None and len(c["seconds"]) == 3
         assert c["best_seconds"] == min(c["seconds"])
         assert c["mb_per_s"] == pytest.approx(c["nbytes"] / 1e6 / sorted(c["seconds"])[1])
-    ratios = {(r["engine"], r["workload"]): r for r in doc["round_ratios"]}
-    rr = ratios[("cuzarr-api", "read_all")]
+    ratios = {(r["engine"], r["workload"], r["statistic"]): r for r in doc["round_ratios"]}
+    rr = ratios[("cuzarr-api", "read_all", "best")]
     assert len(rr["ratios"]) == 3 and rr["min"] <= rr["median"] <= rr["max"]
-    assert "## Ratios to the best peer over rounds" in (tmp_path / "r.md").read_text()
+    # write_partial is timed PARTIAL_REPEATS times a round: every call kept, and its ratios
+    # reported for the median call as well; single-call workloads have no median-call row.
+    for c in doc["results"]:
+        calls = c["call_seconds"]
+        per_round = matrix.PARTIAL_REPEATS if c["workload"] == "write_partial" else 1
+        assert [len(r) for r in calls] == [per_round] * 3
+        assert c["seconds"] == [min(r) for r in calls]
+        assert c["median_call_seconds"] == statistics.median(t for r in calls for t in r)
+    assert {k for k in ratios if k[2] == "median"} == {("cuzarr-api", "write_partial", "median")}
+    md = (tmp_path / "r.md").read_text()
+    assert "## Ratios to the best peer over rounds" in md
+    assert "## Write partial, the median call" in md
     # Per-round ratios and the merge, on fake cells.
     fake = [
         {
@@ -374,6 +386,15 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
     assert got["ratios"] == [2.0, 4.0] and got["median"] == 3.0
     merged = interleave.merge_rounds(per_engine["cuzarr"])
     assert merged["seconds"] == [1.0, 0.5] and merged["median_seconds"] == 0.75
+    # The median call: cuzarr's typical call is slow in round 1, zarr's in round 2.
+    per_engine["cuzarr"][0]["seconds"] = [1.0, 3.0, 3.0]
+    per_engine["cuzarr"][1]["seconds"] = [0.5, 0.5, 0.6]
+    per_engine["zarr"][0]["seconds"] = [2.0, 2.0, 2.0]
+    per_engine["zarr"][1]["seconds"] = [2.0, 6.0, 6.0]
+    (got,) = interleave.round_ratios(per_engine, ["cuzarr"], ["zarr"], statistic="median")
+    assert got["statistic"] == "median" and got["ratios"] == [2.0 / 3.0, 12.0]
+    with pytest.raises(ValueError, match="statistic"):
+        interleave.round_ratios(per_engine, ["cuzarr"], ["zarr"], statistic="mean")
 
 
 def _fake_reporting(
