@@ -3,8 +3,8 @@
 The copy must write exactly what NumPy's ``dest[...] = src`` writes, for every layout (rows
 shorter and longer than a cache line, unaligned destinations, negative and element strides),
 touch nothing outside the destination, and refuse what it cannot copy. The engine streams
-only into memory the caller handed in (``out=``), and only chunks of ``STREAM_PLACE_MIN``
-bytes or more.
+only into memory the caller handed in (``out=``), only chunks of ``STREAM_PLACE_MIN`` bytes
+or more, and only into rows of ``STREAM_ROW_MIN`` bytes or more.
 """
 
 from __future__ import annotations
@@ -137,6 +137,7 @@ def _array(path: Path, compressors: Any) -> np.ndarray:
     with use_pipeline("zarr"):
         z[...] = data
     assert cpu_backend.STREAM_PLACE_MIN == 256 * 256 * 4
+    assert cpu_backend.STREAM_ROW_MIN == 256 * 4  # rows of 1 KiB: streamed
     return data
 
 
@@ -187,3 +188,40 @@ def test_only_a_callers_output_is_streamed(
     a.read((slice(200, 300), slice(100, 400)), out=small)
     np.testing.assert_array_equal(small, data[200:300, 100:400])
     assert calls == []
+
+
+def test_large_chunks_in_short_rows_are_not_streamed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # uint16 chunks of 64^3 (512 KiB) in rows of 128 bytes: large, but rows short.
+    data = _source((128, 64, 128), "<u2", seed=5)
+    z = zarr.create_array(
+        zarr.storage.LocalStore(tmp_path / "s.zarr"), shape=data.shape, chunks=(64, 64, 64),
+        dtype="<u2", compressors=zarr.codecs.ZstdCodec(level=1), fill_value=0,
+    )
+    with use_pipeline("zarr"):
+        z[...] = data
+    streamed: list[tuple[int, ...]] = []
+    real = _native.copy_array
+
+    def spy(dest: np.ndarray, src: np.ndarray, *, streaming: bool) -> bool:
+        done = real(dest, src, streaming=streaming)
+        if streaming and done:
+            streamed.append(src.shape)
+        return done
+
+    monkeypatch.setattr(_native, "copy_array", spy)
+    a = cuzarr.open(str(tmp_path / "s.zarr"), "r")
+    out = np.full(data.shape, 7, "<u2")
+    for i in range(0, 128, 64):
+        for k in range(0, 128, 64):
+            region = (slice(i, i + 64), slice(None), slice(k, k + 64))
+            a.read(region, out=out[region])
+    np.testing.assert_array_equal(out, data)
+    assert streamed == []
+    # The rule itself: rows of STREAM_ROW_MIN bytes and more, contiguous, are long.
+    long_rows = np.zeros((4, cpu_backend.STREAM_ROW_MIN), np.uint8)
+    assert cpu_backend._long_rows(long_rows)
+    assert not cpu_backend._long_rows(long_rows[:, 1:])
+    assert not cpu_backend._long_rows(long_rows[:, ::2])
+    assert not cpu_backend._long_rows(np.zeros((4, 2 * cpu_backend.STREAM_ROW_MIN), np.uint8).T)

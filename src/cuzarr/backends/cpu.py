@@ -127,28 +127,47 @@ def _box(chunk_sel: Any, out_sel: Any, ndim: int) -> list[int] | None:
 
 #: Chunks of at least this many bytes are copied into a strided region of a caller's output
 #: (``DecodeItem.stream``) with streaming stores (:func:`cuzarr._native.copy_array`), which
-#: write the output's memory without first reading it into the cache. Measured on this
-#: project's 2-core VM (bench/results/probe-512-session31-stream.md): a 512 KiB chunk into
-#: 128-byte rows of a 256 MiB output 57 us with ``memcpy`` per row, 38 with streaming stores;
-#: 1 MiB into 2 KiB rows 83 against 36. Into memory the read itself allocated (fresh pages the
+#: write the output's memory without first reading it into the cache, where the region's rows
+#: are long (:data:`STREAM_ROW_MIN`). Into memory the read itself allocated (fresh pages the
 #: kernel has just zeroed, partly still in the cache) streaming was 0-4 % slower, so only a
 #: caller's memory is streamed; smaller chunks, whose region may stay in the cache for the
-#: caller, are copied by NumPy.
+#: caller, are copied by NumPy (bench/results/probe-512-session31-stream.md).
 STREAM_PLACE_MIN = 256 * 1024
+
+#: Streaming stores only for rows (the region's last axis, contiguous) of at least this many
+#: bytes. Measured on two of this project's 2-core AMD EPYC VMs, a call of chunk-by-chunk
+#: reads into a caller's array, streaming against NumPy's copy: rows of 2 KiB ((f), 1 MiB
+#: chunks) gained on both (session 31: the copy 83 -> 36 us; session 40: level a call, the
+#: whole array into a caller's array 10 % faster); rows of 128 bytes ((a), (c), (d), (h): 64^3
+#: uint16 chunks) gained 3-26 % a call on one and lost 4-33 % on the other (a Zen 4 VM, where
+#: each short run of streamed lines costs more than the lines' reads;
+#: bench/results/probe-512-session40.md). Short rows are copied by NumPy.
+STREAM_ROW_MIN = 1024
 
 
 def place(dest: npt.NDArray[Any], chunk: npt.NDArray[Any], stream: bool) -> None:
     """``dest[...] = chunk``, with streaming stores where ``stream`` and the chunk is large.
 
-    Large: :data:`STREAM_PLACE_MIN` bytes or more. Anything ``copy_array`` refuses (data
-    types that differ, Python objects) is copied by NumPy.
+    Large: :data:`STREAM_PLACE_MIN` bytes or more, in rows of :data:`STREAM_ROW_MIN` bytes or
+    more. Anything ``copy_array`` refuses (data types that differ, Python objects) is copied
+    by NumPy.
     """
     if not (
         stream
         and chunk.nbytes >= STREAM_PLACE_MIN
+        and _long_rows(dest)
         and _native.copy_array(dest, chunk, streaming=True)
     ):
         dest[...] = chunk
+
+
+def _long_rows(dest: npt.NDArray[Any]) -> bool:
+    """Whether ``dest``'s rows (its last axis) are contiguous and long enough to stream.
+
+    Long enough: :data:`STREAM_ROW_MIN` bytes or more.
+    """
+    item = dest.itemsize
+    return dest.ndim >= 1 and dest.strides[-1] == item and dest.shape[-1] * item >= STREAM_ROW_MIN
 
 
 def _small_zstd(codec: Codec) -> bool:
