@@ -175,6 +175,15 @@ def test_a_failed_request_is_the_failing_nodes_error_only() -> None:
             assert isinstance(g, StoreError) and "'g2/a2/.zarray'" in str(g)
         else:
             assert _same(g, w), (path, g, w)
+    # The failed wave was the second (.zarray and .zattrs): the first wave's documents are
+    # kept, so no zarr.json is asked for twice; the failed wave's are asked for again one by
+    # one (each node's failure its own).
+    asked = [k for _, keys in remote.calls for k in keys]
+    assert [kind for kind, _ in remote.calls[:2]] == ["get_many", "get_many"]
+    assert remote.calls[0][1] == [f"{p}/zarr.json" if p else "zarr.json" for p in PATHS]
+    v3_asked = [k for k in asked if k.endswith("zarr.json")]
+    assert len(v3_asked) == len(set(v3_asked)) == len(PATHS)
+    assert all(kind == "get" for kind, _ in remote.calls[2:])
     # One node read alone raises the store's error naming the document, asked for once.
     remote.calls.clear()
     with pytest.raises(StoreError, match=r"'g2/a2/\.zarray'"):

@@ -132,10 +132,16 @@ def _wave(store: ChunkStore, keys: list[str], into: dict[str, Buf | None]) -> No
 
 
 def _from_listing(
-    store: ChunkStore, paths: Sequence[str], zarr_format: int | None, listed: Container[str]
-) -> dict[str, Buf | None]:
-    """The documents of ``paths`` in one wave, asking only for those ``listed`` holds."""
-    into: dict[str, Buf | None] = {}
+    store: ChunkStore,
+    paths: Sequence[str],
+    zarr_format: int | None,
+    listed: Container[str],
+    into: dict[str, Buf | None],
+) -> None:
+    """Fetch the documents of ``paths`` in one wave, only those ``listed`` holds.
+
+    The documents it does not hold go into ``into`` as missing first.
+    """
     wanted: list[str] = []
     for path in paths:
         v3, array, group, attrs = (
@@ -151,7 +157,6 @@ def _from_listing(
                 wanted += [found, attrs] if attrs in listed else [found]
         into.update((k, None) for k in (v3, array, group, attrs) if k not in listed)
     _wave(store, wanted, into)
-    return into
 
 
 def fetch_documents(
@@ -186,22 +191,37 @@ def fetch_documents(
     CuzarrError
         If the store fails a request (the error names the first failed key of its wave).
     """
+    into: dict[str, Buf | None] = {}
+    _fetch_into(store, paths, zarr_format, listed, into)
+    return into
+
+
+def _fetch_into(
+    store: ChunkStore,
+    paths: Sequence[str],
+    zarr_format: int | None,
+    listed: Container[str] | None,
+    into: dict[str, Buf | None],
+) -> None:
+    """Fetch as :func:`fetch_documents` does, wave by wave into ``into``.
+
+    On a failed wave ``into`` keeps what the waves before it fetched.
+    """
     rest = list(dict.fromkeys(paths))
     if listed is not None:
-        return _from_listing(store, rest, zarr_format, listed)
-    into: dict[str, Buf | None] = {}
+        _from_listing(store, rest, zarr_format, listed, into)
+        return
     if zarr_format in (None, 3):
         _wave(store, [_key(p, V3_DOCUMENT) for p in rest], into)
         rest = [p for p in rest if into[_key(p, V3_DOCUMENT)] is None]
     if zarr_format == 3:
-        return into
+        return
     _wave(store, [_key(p, n) for p in rest for n in (V2_ARRAY_DOCUMENT, V2_ATTRS_DOCUMENT)], into)
     _wave(
         store,
         [_key(p, V2_GROUP_DOCUMENT) for p in rest if into[_key(p, V2_ARRAY_DOCUMENT)] is None],
         into,
     )
-    return into
 
 
 def _format_error(path: str, document: str, doc: dict[str, Any], expected: int) -> MetadataError:
@@ -299,8 +319,9 @@ def read_nodes(
     """Read the metadata of the nodes at ``paths``, each node's failure in its place.
 
     A remote store's documents are fetched together (:func:`fetch_documents`; if the store
-    fails a request, node by node, so that each node's failure is its own), a local one's node
-    by node. Each entry is what :func:`read_node` returns for its path, or the
+    fails a wave, the documents the waves before it fetched are kept and the rest are read node
+    by node, so that each node's failure is its own), a local one's node by node. Each entry
+    is what :func:`read_node` returns for its path, or the
     :class:`~cuzarr.errors.CuzarrError` it raises (a missing node, a malformed document, a
     store failure): tools that report every node (``info``, ``verify``) go on past one.
 
@@ -326,11 +347,13 @@ def read_nodes(
     """
     nodes = [normalize_node_path(p) for p in paths]
     if documents is None:
-        documents = {}
+        fetched: dict[str, Buf | None] = {}
         if store.caps.remote:
-            # On a failure: node by node below, each node's failure in its place.
+            # On a failed wave: what the waves before it fetched is kept, the rest is read
+            # node by node below, each node's failure in its place.
             with contextlib.suppress(CuzarrError):
-                documents = fetch_documents(store, nodes, zarr_format=zarr_format, listed=listed)
+                _fetch_into(store, nodes, zarr_format, listed, fetched)
+        documents = fetched
     out: list[ArraySpec | GroupSpec | CuzarrError] = []
     for node in nodes:
         try:
