@@ -140,9 +140,12 @@ STREAM_PLACE_MIN = 256 * 1024
 #: chunks) gained on both (session 31: the copy 83 -> 36 us; session 40: level a call, the
 #: whole array into a caller's array 10 % faster); rows of 128 bytes ((a), (c), (d), (h): 64^3
 #: uint16 chunks) gained 3-26 % a call on one and lost 4-33 % on the other (a Zen 4 VM, where
-#: each short run of streamed lines costs more than the lines' reads;
-#: bench/results/probe-512-session40.md). Short rows are copied by NumPy.
-STREAM_ROW_MIN = 1024
+#: each short run of streamed lines costs more than the lines' reads). On that VM the copy of
+#: a 512 KiB chunk alone broke even at 256-byte rows and streaming won from 384 bytes (512:
+#: 1.49x, 768: 1.89x); a call of the independent check's (j), 768-byte rows, 5 % faster
+#: streamed, of (i), 256-byte rows, 10 % faster by NumPy (bench/results/probe-512-session40.md).
+#: Shorter rows are copied by NumPy.
+STREAM_ROW_MIN = 512
 
 
 def place(dest: npt.NDArray[Any], chunk: npt.NDArray[Any], stream: bool) -> None:
