@@ -189,10 +189,15 @@ def merge_rounds(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     merged["mb_per_s"] = merged["nbytes"] / 1e6 / max(merged["median_seconds"], 1e-9)
     merged["mb_per_s_best"] = merged["nbytes"] / 1e6 / max(merged["best_seconds"], 1e-9)
     merged["rounds"] = len(cells)
-    calls = [[float(t) for t in c.get("seconds", [c["best_seconds"]])] for c in cells]
+    calls = [_calls(c) for c in cells]
     merged["call_seconds"] = calls
     merged["median_call_seconds"] = statistics.median(t for r in calls for t in r)
     return merged
+
+
+def _calls(cell: dict[str, Any]) -> list[float]:
+    """One round's call times of an engine (a cell without them: its best one)."""
+    return [float(t) for t in cell.get("seconds", [cell["best_seconds"]])]
 
 
 def _round_time(cell: dict[str, Any], statistic: str) -> float:
@@ -200,7 +205,7 @@ def _round_time(cell: dict[str, Any], statistic: str) -> float:
     if statistic == "best":
         return float(cell["best_seconds"])
     if statistic == "median":
-        return float(statistics.median(cell.get("seconds", [cell["best_seconds"]])))
+        return statistics.median(_calls(cell))
     raise ValueError(f"statistic must be 'best' or 'median', not {statistic!r}")
 
 
