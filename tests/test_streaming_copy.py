@@ -1,10 +1,11 @@
-"""Large chunks copied into a caller's output with streaming stores (``_native.copy_array``).
+"""Large chunks copied into the output with streaming stores (``_native.copy_array``).
 
 The copy must write exactly what NumPy's ``dest[...] = src`` writes, for every layout (rows
 shorter and longer than a cache line, unaligned destinations, negative and element strides),
 touch nothing outside the destination, and refuse what it cannot copy. The engine streams
-only into memory the caller handed in (``out=``), only chunks of ``STREAM_PLACE_MIN`` bytes
-or more, and only into rows of ``STREAM_ROW_MIN`` bytes or more.
+only chunks of ``STREAM_PLACE_MIN`` bytes or more, only into rows of ``STREAM_ROW_MIN`` bytes
+or more, only into regions spanning ``STREAM_SPAN_MIN`` bytes or more, and only into the
+explicit API's outputs (the caller's or its own, which start on a cache line), not zarr's.
 """
 
 from __future__ import annotations
@@ -60,14 +61,22 @@ def test_copy_into_a_region_of_a_larger_array(dtype: str, row: int, streaming: b
     assert region(np.zeros(size, np.uint8)).strides[-1] == item
 
 
-@pytest.mark.parametrize("offset", [1, 3, 8, 15, 16, 17])
-def test_unaligned_destinations(offset: int) -> None:
-    src = _source((6, 200), "u1")
-
-    def region(buf: np.ndarray) -> np.ndarray:
-        return buf[offset : offset + 6 * 256].reshape(6, 256)[:, 5:205]
-
-    _check(region, src, True)
+@pytest.mark.parametrize("row", [64, 100, 127, 128, 129, 200])
+@pytest.mark.parametrize("offset", [0, 1, 3, 8, 15, 16, 17, 33, 48, 63])
+def test_unaligned_destinations(offset: int, row: int) -> None:
+    # Rows starting anywhere in a cache line, of one line, less than two, and more: the
+    # partial lines at either end are copied by memcpy, the whole ones streamed.
+    src = _source((6, row), "u1")
+    big = cpu_backend.empty_aligned((8 * 256,), "u1")  # both start on a line
+    big[...] = 0xA5
+    want = cpu_backend.empty_aligned((8 * 256,), "u1")
+    want[...] = big
+    region = (slice(offset + 64, offset + 64 + 6 * 256),)
+    want[region].reshape(6, 256)[:, :row] = src
+    dest = big[region].reshape(6, 256)[:, :row]
+    assert dest.ctypes.data % 64 == offset
+    assert _native.copy_array(dest, src, streaming=True)
+    np.testing.assert_array_equal(big, want)  # the region, and nothing outside it
 
 
 def test_negative_and_element_strides() -> None:
@@ -127,8 +136,9 @@ def test_copy_into_a_memmap(tmp_path: Path) -> None:
 
 
 def _array(path: Path, compressors: Any) -> np.ndarray:
-    # float32 chunks of 256 x 256: 256 KiB, the smallest chunk streamed.
-    data = _source((512, 768), "<f4", seed=3)
+    # float32 chunks of 256 x 256: 256 KiB, the smallest chunk streamed, in rows 18 KiB apart:
+    # a chunk's region of the whole array spans 4.5 MiB, more than the bound.
+    data = _source((512, 4608), "<f4", seed=3)
     data[np.isnan(data)] = 0
     z = zarr.create_array(
         zarr.storage.LocalStore(path), shape=data.shape, chunks=(256, 256), dtype="<f4",
@@ -138,15 +148,13 @@ def _array(path: Path, compressors: Any) -> np.ndarray:
         z[...] = data
     assert cpu_backend.STREAM_PLACE_MIN == 256 * 256 * 4
     assert cpu_backend.STREAM_ROW_MIN <= 256 * 4  # rows of 1 KiB: streamed
+    assert 255 * 4608 * 4 + 1024 >= cpu_backend.STREAM_SPAN_MIN > 256 * 512 * 4
     return data
 
 
-@pytest.mark.parametrize("compressors", [zarr.codecs.ZstdCodec(level=1), None])
-def test_only_a_callers_output_is_streamed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compressors: Any
-) -> None:
-    data = _array(tmp_path / "a.zarr", compressors)
-    calls: list[tuple[tuple[int, ...], bool]] = []  # (shape, streamed): asked for and done
+def _spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[int, ...], bool]]:
+    """Record ``(shape, streamed)`` of every ``copy_array`` the engine asks for."""
+    calls: list[tuple[tuple[int, ...], bool]] = []
     real = _native.copy_array
 
     def spy(dest: np.ndarray, src: np.ndarray, *, streaming: bool) -> bool:
@@ -155,73 +163,113 @@ def test_only_a_callers_output_is_streamed(
         return done
 
     monkeypatch.setattr(_native, "copy_array", spy)
+    return calls
+
+
+@pytest.mark.parametrize("compressors", [zarr.codecs.ZstdCodec(level=1), None])
+def test_large_outputs_are_streamed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compressors: Any
+) -> None:
+    data = _array(tmp_path / "a.zarr", compressors)
+    calls = _spy(monkeypatch)
     a = cuzarr.open(str(tmp_path / "a.zarr"), "r")
+    chunks = [(slice(i, i + 256), slice(j, j + 256)) for i in (0, 256) for j in range(0, 4608, 256)]
+    streamed = [((256, 256), True)] * len(chunks)
     out = np.full(data.shape, -1, "<f4")
-    for i in range(0, 512, 256):  # chunk by chunk into a caller's array
-        for j in range(0, 768, 256):
-            a.read((slice(i, i + 256), slice(j, j + 256)), out=out[i : i + 256, j : j + 256])
+    for region in chunks:  # chunk by chunk into a caller's array
+        a.read(region, out=out[region])
     np.testing.assert_array_equal(out, data)
-    assert calls == [((256, 256), True)] * 6
+    assert calls == streamed
 
     calls.clear()
-    np.testing.assert_array_equal(a[...], data)  # into memory the read allocated
-    assert calls == []
+    got = a[...]  # into memory the read allocated: cache-line aligned, streamed too
+    np.testing.assert_array_equal(got, data)
+    assert got.ctypes.data % cpu_backend.ALIGNMENT == 0
+    assert calls == streamed
 
     calls.clear()
     out[...] = -1
     a.read(..., out=out)  # the whole array into a caller's array
     np.testing.assert_array_equal(out, data)
-    assert calls == [((256, 256), True)] * 6
+    assert calls == streamed
 
     calls.clear()
     mapped = np.memmap(tmp_path / "out.f4", dtype="<f4", mode="w+", shape=data.shape)
-    for i in range(0, 512, 256):  # chunk by chunk into a caller's file-backed array
-        for j in range(0, 768, 256):
-            a.read((slice(i, i + 256), slice(j, j + 256)), out=mapped[i : i + 256, j : j + 256])
+    for region in chunks:  # chunk by chunk into a caller's file-backed array
+        a.read(region, out=mapped[region])
     mapped.flush()
     np.testing.assert_array_equal(np.fromfile(tmp_path / "out.f4", "<f4").reshape(data.shape), data)
-    assert calls == [((256, 256), True)] * 6
+    assert calls == streamed
     del mapped
 
     calls.clear()
-    small = np.full((100, 300), -1, "<f4")  # parts of chunks: smaller than the bound
+    with use_pipeline("cuzarr"):
+        z = zarr.open_array(zarr.storage.LocalStore(tmp_path / "a.zarr"), mode="r")
+        np.testing.assert_array_equal(z[...], data)  # into zarr's output: never
+    assert calls == []
+
+
+@pytest.mark.parametrize("compressors", [zarr.codecs.ZstdCodec(level=1), None])
+def test_small_outputs_are_copied_through_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compressors: Any
+) -> None:
+    data = _array(tmp_path / "a.zarr", compressors)
+    calls = _spy(monkeypatch)
+    a = cuzarr.open(str(tmp_path / "a.zarr"), "r")
+    two = (slice(0, 256), slice(512, 1024))  # two whole chunks: 512 KiB, spans less
+    np.testing.assert_array_equal(a[two], data[two])
+    out = np.full((256, 512), -1, "<f4")
+    a.read(two, out=out)
+    np.testing.assert_array_equal(out, data[two])
+    small = np.full((100, 300), -1, "<f4")  # parts of chunks
     a.read((slice(200, 300), slice(100, 400)), out=small)
     np.testing.assert_array_equal(small, data[200:300, 100:400])
     assert calls == []
 
 
-def test_large_chunks_in_short_rows_are_not_streamed(
+def test_rows_shorter_than_the_bound_are_not_streamed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # uint16 chunks of 64^3 (512 KiB) in rows of 128 bytes: large, but rows short.
-    data = _source((128, 64, 128), "<u2", seed=5)
+    # uint8 chunks of 512 x 16 x 32 (256 KiB) in rows of 32 bytes: large, but no row holds a
+    # whole cache line. (A smaller span bound keeps the array small.)
+    monkeypatch.setattr(cpu_backend, "STREAM_SPAN_MIN", 64 * 1024)
+    data = _source((512, 32, 128), "u1", seed=5)
     z = zarr.create_array(
-        zarr.storage.LocalStore(tmp_path / "s.zarr"), shape=data.shape, chunks=(64, 64, 64),
-        dtype="<u2", compressors=zarr.codecs.ZstdCodec(level=1), fill_value=0,
+        zarr.storage.LocalStore(tmp_path / "s.zarr"), shape=data.shape, chunks=(512, 16, 32),
+        dtype="u1", compressors=zarr.codecs.ZstdCodec(level=1), fill_value=0,
     )
     with use_pipeline("zarr"):
         z[...] = data
-    streamed: list[tuple[int, ...]] = []
-    real = _native.copy_array
-
-    def spy(dest: np.ndarray, src: np.ndarray, *, streaming: bool) -> bool:
-        done = real(dest, src, streaming=streaming)
-        if streaming and done:
-            streamed.append(src.shape)
-        return done
-
-    monkeypatch.setattr(_native, "copy_array", spy)
+    calls = _spy(monkeypatch)
     a = cuzarr.open(str(tmp_path / "s.zarr"), "r")
-    out = np.full(data.shape, 7, "<u2")
-    for i in range(0, 128, 64):
-        for k in range(0, 128, 64):
-            region = (slice(i, i + 64), slice(None), slice(k, k + 64))
-            a.read(region, out=out[region])
+    out = np.full(data.shape, 7, "u1")
+    a.read(..., out=out)
     np.testing.assert_array_equal(out, data)
-    assert streamed == []
-    # The rule itself: rows of STREAM_ROW_MIN bytes and more, contiguous, are long.
-    long_rows = np.zeros((4, cpu_backend.STREAM_ROW_MIN), np.uint8)
-    assert cpu_backend._long_rows(long_rows)
-    assert not cpu_backend._long_rows(long_rows[:, 1:])
-    assert not cpu_backend._long_rows(long_rows[:, ::2])
-    assert not cpu_backend._long_rows(np.zeros((4, 2 * cpu_backend.STREAM_ROW_MIN), np.uint8).T)
+    assert calls == []
+    # The same chunks in rows of 64 bytes are streamed.
+    wide = _source((512, 16, 256), "u1", seed=6)
+    z = zarr.create_array(
+        zarr.storage.LocalStore(tmp_path / "w.zarr"), shape=wide.shape, chunks=(512, 8, 64),
+        dtype="u1", compressors=zarr.codecs.ZstdCodec(level=1), fill_value=0,
+    )
+    with use_pipeline("zarr"):
+        z[...] = wide
+    out = np.full(wide.shape, 7, "u1")
+    cuzarr.open(str(tmp_path / "w.zarr"), "r").read(..., out=out)
+    np.testing.assert_array_equal(out, wide)
+    assert calls == [((512, 8, 64), True)] * 8
+
+
+def test_the_streaming_rule() -> None:
+    big = np.zeros(cpu_backend.STREAM_SPAN_MIN // 8 + 64, "<u8")
+    rows = big[: cpu_backend.STREAM_SPAN_MIN // 8].reshape(-1, 8)  # rows of 64 bytes
+    assert rows.nbytes == cpu_backend.STREAM_SPAN_MIN
+    assert cpu_backend.streams(rows)
+    assert cpu_backend.streams(rows[::-1])  # the span, whichever way the rows run
+    assert not cpu_backend.streams(rows[1:])  # spans 64 bytes less
+    assert not cpu_backend.streams(rows[:, 1:])  # rows of 56 bytes
+    assert not cpu_backend.streams(rows[:, ::2])  # rows not contiguous
+    assert not cpu_backend.streams(big.reshape(-1, 8)[:8])  # a short region
+    assert cpu_backend.streams(big.reshape(-1, 8)[::2][:, :8])  # rows apart, span counts
+    assert not cpu_backend.streams(np.zeros((16, 2 * cpu_backend.STREAM_SPAN_MIN)).T)
+    assert not cpu_backend.streams(np.zeros(()))

@@ -14,7 +14,7 @@ same elements as a positive-step read, in reverse order), where zarr-python rais
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -108,6 +108,8 @@ class Array(ArraySelections):
         self._engine = ArrayEngine(spec, codec, settings, cache_shard_indexes=True, backend=backend)
         #: The array module of results: numpy, or cupy on the GPU.
         self._xp: Any = self._engine.xp
+        #: New result buffers: the backend's (on the CPU, cache-line aligned).
+        self._empty: Callable[[tuple[int, ...], Any], Any] = self._engine.backend.empty
         self._indexer = GridIndexer(spec)
         self._store: ChunkStore | None = None
         self._grid: Any = None
@@ -249,9 +251,7 @@ class Array(ArraySelections):
     def _read_plan(self, plan: BasicPlan, out: npt.NDArray[Any] | None) -> Any:
         result, buf, target = self._buffers(plan, out)
         if plan.requests:
-            self._engine.read(
-                self._chunk_store(), plan.requests, target, callers_out=out is not None
-            )
+            self._engine.read(self._chunk_store(), plan.requests, target)
         if plan.scalar and out is None:
             return buf[()]
         return result
@@ -264,11 +264,11 @@ class Array(ArraySelections):
         coordinate = compat.is_coordinate_indexer(indexer)
         final = tuple(indexer.sel_shape) if coordinate else shape
         if out is None:
-            buf = self._xp.empty(shape, self._dtype)
+            buf = self._empty(shape, self._dtype)
         else:
             buf = self._check_out(out, final).reshape(shape)
             if buf.size and not self._xp.shares_memory(buf, out):
-                buf = self._xp.empty(shape, self._dtype)  # a strided buffer: read, then copy
+                buf = self._empty(shape, self._dtype)  # a strided buffer: read, then copy
         if math.prod(shape):
             requests = self._indexer.requests_from_zarr(indexer)
             self._engine.read(self._chunk_store(), requests, buf, tuple(indexer.drop_axes))
@@ -299,7 +299,7 @@ class Array(ArraySelections):
             (c * k, min((c + 1) * k, n))
             for c, k, n in zip(coords, self._chunks, self.shape, strict=True)
         ]
-        out = self._xp.empty(tuple(e - s for s, e in region), self._dtype)
+        out = self._empty(tuple(e - s for s, e in region), self._dtype)
         self._engine.read(self._chunk_store(), self._indexer.region(region), out)
         return out  # type: ignore[no-any-return]  # numpy, or cupy on the GPU
 
@@ -325,7 +325,7 @@ class Array(ArraySelections):
                 (i * s, min((i + 1) * s, n))
                 for i, s, n in zip(shard, self._shards, self.shape, strict=True)
             ]
-            buf = self._xp.empty(tuple(e - s for s, e in region), self._dtype)
+            buf = self._empty(tuple(e - s for s, e in region), self._dtype)
             self._engine.read(self._chunk_store(), self._indexer.region(region), buf)
             ranges = [
                 range(i * p, min((i + 1) * p, g))

@@ -7,6 +7,7 @@ orthogonal, vectorized and block selections. No store I/O happens here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ class ArraySelections(ArrayMeta):
     """Output buffers and zarr indexers of an array's selections."""
 
     _xp: Any
+    _empty: Callable[[tuple[int, ...], Any], Any]
     _grid: Any
 
     def _check_out(self, out: Any, shape: tuple[int, ...]) -> npt.NDArray[Any]:
@@ -49,7 +51,7 @@ class ArraySelections(ArrayMeta):
         the target is the buffer with reversed axes flipped back.
         """
         if out is None:
-            buf = self._xp.empty(plan.shape, self._dtype)
+            buf = self._empty(plan.shape, self._dtype)
             result: npt.NDArray[Any] = buf
             if plan.newaxes:
                 result = buf.reshape(plan.result_shape)

@@ -322,8 +322,16 @@ class Pipeline(CodecPipeline):
         coalescing = None
         if engine.sharding is not None:
             coalescing = Coalescing(*compat.sharding_coalescing(batch[0][1]))
+        # zarr's output buffers are new memory 16 bytes past a cache line: streaming stores
+        # into them read (h) and (i) up to 10 % slower (bench/results/probe-512-session41.md).
         call = functools.partial(
-            engine.read, chunk_store, requests, out_array, tuple(drop_axes), coalescing=coalescing
+            engine.read,
+            chunk_store,
+            requests,
+            out_array,
+            tuple(drop_axes),
+            coalescing=coalescing,
+            stream=False,
         )
         if _inline_read(engine, chunk_store.caps, requests):
             present = call()

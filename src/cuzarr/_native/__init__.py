@@ -46,7 +46,7 @@ __all__ = [
 
 LIBRARY = Path(__file__).with_name("libczbatch.so")
 #: The helper's ``cz_abi_version()``: a library built from another source is not used.
-ABI_VERSION = 18
+ABI_VERSION = 19
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -198,9 +198,10 @@ def copy_array(dest: npt.NDArray[Any], src: npt.NDArray[Any], *, streaming: bool
 
     Taken for two NumPy arrays (``ndarray`` or ``memmap``) of one shape and one data type
     without Python objects, ``dest`` writable and their memory apart; any strides.
-    ``streaming`` writes rows of 64 bytes or more with non-temporal stores (``cz_stream_run``
-    in ``czbatch.c``): for a destination larger than the cache, whose lines an ordinary copy
-    would read in only to overwrite. The bytes written are the same either way.
+    ``streaming`` writes the whole cache lines of rows of 64 bytes or more with non-temporal
+    stores (``cz_stream_run`` in ``czbatch.c``; a row's partial first and last lines by
+    memcpy): for a destination larger than the cache, whose lines an ordinary copy would read
+    in only to overwrite. The bytes written are the same either way.
     """
     lib = helper()
     if (

@@ -39,7 +39,7 @@ typedef int (*cz_compress_fn)(int, int, size_t, size_t, const void *, void *, si
                               const char *, size_t, int);
 
 /* The ABI version Python checks before using the library (bump on any signature change). */
-int cz_abi_version(void) { return 18; }
+int cz_abi_version(void) { return 19; }
 
 /*
  * Decompress n frames, frame i starting at src + src_offsets[i], into dest + dest_offsets[i]
@@ -131,17 +131,20 @@ void cz_gather(int64_t n, const uint8_t *src, const int64_t *src_offsets,
 }
 
 /*
- * Copy n bytes from s to d with non-temporal (streaming) stores where this build has SSE2: the
- * destination's cache lines are written to memory without first being read into the cache,
- * and without evicting what the cache holds. Used for chunks placed into outputs larger than
- * the cache, whose lines the copy would otherwise read in only to overwrite them (measured:
- * a 512 KiB chunk into 128-byte rows of a 256 MiB output, 57 -> 38 us; into 2 KiB rows 32 KiB
- * apart, 83 -> 36 us). The caller issues the fence (cz_copy_array) once the copy is done.
+ * Copy n bytes from s to d, the whole cache lines of d with non-temporal (streaming) stores
+ * where this build has SSE2: those lines are written to memory without first being read into
+ * the cache, and without evicting what the cache holds. The partial lines at either end are
+ * written by memcpy: a partial line written with streaming stores costs far more than its read
+ * (a 512 KiB chunk into 128-byte rows of a 256 MiB array, 16 bytes past a line as NumPy
+ * allocates: 118 us streaming every 16 bytes, 117 us memcpy, 64 us streaming whole lines;
+ * rows starting on a line: memcpy 67 us, streaming 20 us; bench/stream_rows.c). Used for chunks placed into outputs larger than the
+ * cache, whose lines the copy would otherwise read in only to overwrite them. The caller
+ * issues the fence (cz_copy_array) once the copy is done.
  */
 static void cz_stream_run(uint8_t *d, const uint8_t *s, size_t n)
 {
 #if defined(__SSE2__)
-    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    size_t head = (64 - ((uintptr_t)d & 63)) & 63;
     if (head > n) {
         head = n;
     }
@@ -159,15 +162,12 @@ static void cz_stream_run(uint8_t *d, const uint8_t *s, size_t n)
         _mm_stream_si128((__m128i *)(d + 32), c);
         _mm_stream_si128((__m128i *)(d + 48), e);
     }
-    for (; n >= 16; n -= 16, d += 16, s += 16) {
-        _mm_stream_si128((__m128i *)d, _mm_loadu_si128((const __m128i *)s));
-    }
 #endif
     memcpy(d, s, n);
 }
 
-/* Rows shorter than this are copied with memcpy even when streaming (a partial cache line
- * written with streaming stores costs more than the line's read). */
+/* Rows shorter than this are copied with memcpy even when streaming (they hold no whole
+ * cache line). */
 #define CZ_STREAM_MIN_RUN 64
 
 /* Most dimensions a box copy handles (zarr's arrays have far fewer; NumPy allows 64). */

@@ -59,10 +59,8 @@ class DecodeItem(NamedTuple):
     #: The chunk's (or shard's) key, and for an inner chunk of a shard its coordinates.
     key: str
     inner: tuple[int, ...] | None = None
-    #: ``dest`` is memory the caller handed in (``out=``), not memory this read allocated: a
-    #: backend may write it with streaming stores, which skip reading its lines into the
-    #: cache (memory allocated by the read itself was just zeroed by the kernel, and is
-    #: faster written through the cache).
+    #: ``dest`` may be written with streaming stores (:func:`cuzarr.backends.cpu.streams`
+    #: decides where they pay); ``False`` for zarr's output buffers.
     stream: bool = False
 
 

@@ -125,52 +125,86 @@ def _box(chunk_sel: Any, out_sel: Any, ndim: int) -> list[int] | None:
     return row
 
 
-#: Chunks of at least this many bytes are copied into a strided region of a caller's output
-#: (``DecodeItem.stream``) with streaming stores (:func:`cuzarr._native.copy_array`), which
-#: write the output's memory without first reading it into the cache, where the region's rows
-#: are long (:data:`STREAM_ROW_MIN`). Into memory the read itself allocated (fresh pages the
-#: kernel has just zeroed, partly still in the cache) streaming was 0-4 % slower, so only a
-#: caller's memory is streamed; smaller chunks, whose region may stay in the cache for the
-#: caller, are copied by NumPy (bench/results/probe-512-session31-stream.md).
+#: Chunks of at least this many bytes may be copied into a strided region of the output with
+#: streaming stores (:func:`cuzarr._native.copy_array`), which write the output's memory
+#: without first reading its lines into the cache. Smaller chunks are copied by NumPy
+#: (bench/results/probe-512-session31-stream.md).
 STREAM_PLACE_MIN = 256 * 1024
 
-#: Streaming stores only for rows (the region's last axis, contiguous) of at least this many
-#: bytes. Measured on two of this project's 2-core AMD EPYC VMs, a call of chunk-by-chunk
-#: reads into a caller's array, streaming against NumPy's copy: rows of 2 KiB ((f), 1 MiB
-#: chunks) gained on both (session 31: the copy 83 -> 36 us; session 40: level a call, the
-#: whole array into a caller's array 10 % faster); rows of 128 bytes ((a), (c), (d), (h): 64^3
-#: uint16 chunks) gained 3-26 % a call on one and lost 4-33 % on the other (a Zen 4 VM, where
-#: each short run of streamed lines costs more than the lines' reads). On that VM the copy of
-#: a 512 KiB chunk alone broke even at 256-byte rows and streaming won from 384 bytes (512:
-#: 1.49x, 768: 1.89x); a call of the independent check's (j), 768-byte rows, 5 % faster
-#: streamed, of (i), 256-byte rows, 10 % faster by NumPy (bench/results/probe-512-session40.md).
-#: Shorter rows are copied by NumPy.
-STREAM_ROW_MIN = 512
+#: ... into rows (the region's last axis, contiguous) of at least this many bytes: a row this
+#: long may hold a whole cache line, and only whole lines are streamed (``cz_stream_run``
+#: writes a row's partial first and last lines by ordinary stores). Measured on a Zen 4 VM
+#: (``bench/stream_rows.c``), a chunk copied into rows 1 KiB apart of a 256 MiB array 16 bytes
+#: past a line (where NumPy's large arrays start): 1.09x (rows of 64 bytes) to 2.24x (512)
+#: faster than memcpy, 1.7-1.9x faster than streaming partial lines too (the helper before ABI
+#: 19, which lost to NumPy's copy in rows under 512 bytes); rows on a line, 2.4-3.4x faster
+#: than memcpy. Chunk by chunk into a caller's array, 1.03-1.14x a call for 64^3 uint16
+#: chunks (128-byte rows) (bench/results/probe-512-session41.md).
+STREAM_ROW_MIN = 64
+
+#: ... and only where the region spans at least this many bytes of memory (from its first
+#: byte to its last): a smaller output's lines may stay in the cache for the caller to read.
+#: Reading 64^3 uint16 chunks into a new output and summing it, streaming was 2-3 % slower
+#: for outputs of 1 and 2 MiB and 1-6 % faster from 4 MiB (that VM: 1 MiB of L2 a core).
+STREAM_SPAN_MIN = 4 * 1024 * 1024
+
+#: Alignment of the arrays :meth:`CpuBackend.empty` returns: a cache line, so a chunk's rows
+#: that are a multiple of 64 bytes long start on a line and are streamed whole (NumPy's large
+#: arrays start 16 bytes past one).
+ALIGNMENT = 64
 
 
 def place(dest: npt.NDArray[Any], chunk: npt.NDArray[Any], stream: bool) -> None:
-    """``dest[...] = chunk``, with streaming stores where ``stream`` and the chunk is large.
+    """``dest[...] = chunk``, with streaming stores where ``stream`` and :func:`streams` say so.
 
-    Large: :data:`STREAM_PLACE_MIN` bytes or more, in rows of :data:`STREAM_ROW_MIN` bytes or
-    more. Anything ``copy_array`` refuses (data types that differ, Python objects) is copied
-    by NumPy.
+    Anything ``copy_array`` refuses (data types that differ, Python objects) is copied by
+    NumPy.
     """
     if not (
         stream
         and chunk.nbytes >= STREAM_PLACE_MIN
-        and _long_rows(dest)
+        and streams(dest)
         and _native.copy_array(dest, chunk, streaming=True)
     ):
         dest[...] = chunk
 
 
-def _long_rows(dest: npt.NDArray[Any]) -> bool:
-    """Whether ``dest``'s rows (its last axis) are contiguous and long enough to stream.
+def streams(dest: npt.NDArray[Any]) -> bool:
+    """Whether a large chunk is written into ``dest`` with streaming stores.
 
-    Long enough: :data:`STREAM_ROW_MIN` bytes or more.
+    Where ``dest``'s rows (its last axis) are contiguous and :data:`STREAM_ROW_MIN` bytes or
+    longer, and it spans :data:`STREAM_SPAN_MIN` bytes or more.
     """
     item = dest.itemsize
-    return dest.ndim >= 1 and dest.strides[-1] == item and dest.shape[-1] * item >= STREAM_ROW_MIN
+    rows = dest.ndim >= 1 and dest.strides[-1] == item
+    if not (rows and dest.shape[-1] * item >= STREAM_ROW_MIN):
+        return False
+    span = item
+    for n, stride in zip(dest.shape, dest.strides, strict=True):
+        span += (n - 1) * abs(stride)
+    return span >= STREAM_SPAN_MIN
+
+
+def empty_aligned(shape: tuple[int, ...], dtype: Any) -> npt.NDArray[Any]:
+    """An uninitialised C-ordered array whose first byte is :data:`ALIGNMENT`-aligned.
+
+    A view into a slightly larger buffer (its ``base``), as ``pyfftw.empty_aligned`` makes.
+    Data types whose items are not plain bytes (Python objects, NumPy's variable-width
+    strings, subarrays) get ``np.empty``'s array.
+    """
+    dt = np.dtype(dtype)
+    if dt.hasobject or dt.kind not in _PLAIN_KINDS or dt.subdtype is not None:
+        return np.empty(shape, dt)
+    nbytes = math.prod(shape) * dt.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    skip = -int(raw.ctypes.data) % ALIGNMENT
+    flat: npt.NDArray[Any] = raw[skip : skip + nbytes].view(dt)
+    return flat.reshape(shape)
+
+
+#: Kinds of data types whose items are plain bytes (Booleans, numbers, dates, fixed-width
+#: strings and bytes, structures).
+_PLAIN_KINDS = frozenset("biufcmMSUV")
 
 
 def _small_zstd(codec: Codec) -> bool:
@@ -203,8 +237,8 @@ class CpuBackend:
         return np.asarray(value)
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> npt.NDArray[Any]:
-        """An uninitialised array."""
-        return np.empty(shape, dtype)
+        """An uninitialised array, its first byte on a cache line (:func:`empty_aligned`)."""
+        return empty_aligned(shape, dtype)
 
     def full(self, shape: tuple[int, ...], value: Any, dtype: Any) -> npt.NDArray[Any]:
         """An array of ``value``."""

@@ -148,20 +148,21 @@ class ArrayEngine:
         drop_axes: tuple[int, ...] = (),
         *,
         coalescing: Coalescing | None = None,
-        callers_out: bool = False,
+        stream: bool = True,
     ) -> list[bool]:
         """Read requests into ``out``; return, per request, whether the chunk was present.
 
         ``coalescing`` is zarr's ``array.sharding_coalesce_*`` configuration of the array (zarr
         pipeline path); see :func:`~cuzarr.stores.ranges.read_policy` for how it bounds reads.
-        ``callers_out``: ``out`` is memory the caller handed in, not allocated for this read
-        (``DecodeItem.stream``: large chunks may be written into it with streaming stores).
+        ``stream``: large chunks may be written into ``out`` with streaming stores
+        (``DecodeItem.stream``; the CPU backend's :func:`~cuzarr.backends.cpu.streams` decides
+        where they pay).
         """
         diagnostics.count("engine_reads")
         if self.sharding is not None:
             items = [(req, out, drop_axes) for req in requests]
             return read_shards(self._ctx, store, items, coalescing)
-        return read_chunks(self._ctx, store, requests, out, drop_axes, callers_out)
+        return read_chunks(self._ctx, store, requests, out, drop_axes, stream)
 
     def read_batch(
         self,

@@ -84,11 +84,12 @@ def read_chunks(
     requests: Sequence[ChunkRequest],
     out: Any,
     drop_axes: tuple[int, ...] = (),
-    callers_out: bool = False,
+    stream: bool = True,
 ) -> list[bool]:
     """Read requests of an unsharded array into ``out``; per request, whether it was present.
 
-    ``callers_out``: ``out`` is the caller's memory (``DecodeItem.stream``).
+    ``stream``: large chunks may be written into ``out`` with streaming stores
+    (``DecodeItem.stream``).
     """
     codec, backend = ctx.codec, ctx.backend
     raw, shape = codec.raw, codec.shape
@@ -111,7 +112,7 @@ def read_chunks(
         if got is None:
             out[req.out_selection] = ctx.fill
             return False
-        item = DecodeItem(got.data, dest, req.key, None, callers_out)
+        item = DecodeItem(got.data, dest, req.key, None, stream)
         chunk = backend.decode(codec, [item], ctx.where)[0]
         if dest is None:
             scatter(out, req, chunk, drop_axes)
@@ -195,7 +196,7 @@ def read_chunks(
             # scattered. A remote batch's chunks may be large: a whole chunk is decoded
             # straight into its region of the output, as one at a time would be.
             dest = whole_view(out, req, shape, drop_axes) if remote_batches else None
-            items.append(item((raw, dest, req.key, None, callers_out and dest is not None)))
+            items.append(item((raw, dest, req.key, None, stream and dest is not None)))
         decoded = backend.decode(codec, items, ctx.where)
         for i, it, chunk in zip(present, items, decoded, strict=True):
             req = requests[i]
