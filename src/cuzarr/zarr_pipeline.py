@@ -35,7 +35,6 @@ from cuzarr.errors import UnsupportedError
 from cuzarr.metadata import parse_v2, parse_v3
 from cuzarr.stores import from_zarr_store, track_zarr_loop
 from cuzarr.stores.base import Coalescing, StoreCaps
-from cuzarr.zarr_buffers import AlignedNDBuffer
 
 if TYPE_CHECKING:
     from zarr.abc.codec import Codec, GetResult
@@ -323,10 +322,8 @@ class Pipeline(CodecPipeline):
         coalescing = None
         if engine.sharding is not None:
             coalescing = Coalescing(*compat.sharding_coalescing(batch[0][1]))
-        # Large chunks go into zarr's output with streaming stores only where it is cuzarr's
-        # buffer (configure()'s AlignedNDBuffer: new memory on a cache line, as the explicit
-        # API's own outputs); zarr's np.empty arrays start 16 bytes past a line, where
-        # streaming read (h) and (i) up to 10 % slower (bench/results/probe-512-session41.md).
+        # zarr's output buffers are new memory 16 bytes past a cache line: streaming stores
+        # into them read (h) and (i) up to 10 % slower (bench/results/probe-512-session41.md).
         call = functools.partial(
             engine.read,
             chunk_store,
@@ -334,7 +331,7 @@ class Pipeline(CodecPipeline):
             out_array,
             tuple(drop_axes),
             coalescing=coalescing,
-            stream=isinstance(out, AlignedNDBuffer),
+            stream=False,
         )
         if _inline_read(engine, chunk_store.caps, requests):
             present = call()
