@@ -1,7 +1,8 @@
 /*
  * The copy of one chunk into rows of a larger array, three ways: memcpy per row, streaming
- * stores every 16 bytes (cz_stream_run before ABI 19) and streaming stores of whole cache
- * lines only (cz_stream_run since ABI 19: the partial lines at either end by memcpy).
+ * stores every 16 bytes (cz_stream_run before ABI 19, kept here) and the batch helper's own
+ * cz_stream_run (since ABI 19: whole cache lines streamed, the partial lines at either end
+ * by memcpy), compiled in from src/cuzarr/_native/czbatch.c.
  *
  * A chunk of 64 planes x 64 rows of ROW bytes is copied into a 256 MiB array (rows 1 KiB
  * apart, planes 512 KiB apart, as a 64^3 uint16 chunk of a 512^3 array when ROW is 128), the
@@ -9,8 +10,9 @@
  * past one). Every chunk position of the array is written in turn, so the destination is not
  * in the cache; the source (on a cache line) is. Best of 5 passes, microseconds a chunk.
  *
- *     cc -O2 -o /tmp/stream_rows bench/stream_rows.c && /tmp/stream_rows 128
+ *     cc -O2 -pthread -o /tmp/stream_rows bench/stream_rows.c && /tmp/stream_rows 128
  */
+#define _GNU_SOURCE
 #include <emmintrin.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +21,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "../src/cuzarr/_native/czbatch.c"
+
 static double now(void)
 {
     struct timespec t;
@@ -26,9 +30,11 @@ static double now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static void stream_lines(uint8_t *d, const uint8_t *s, size_t n, size_t align)
+/* cz_stream_run before ABI 19, kept for the comparison: streaming from 16-byte alignment, so
+ * the partial cache lines at either end of a row are streamed too. */
+static void stream_every_16(uint8_t *d, const uint8_t *s, size_t n)
 {
-    size_t head = (align - ((uintptr_t)d & (align - 1))) & (align - 1);
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
     if (head > n) {
         head = n;
     }
@@ -46,7 +52,7 @@ static void stream_lines(uint8_t *d, const uint8_t *s, size_t n, size_t align)
         _mm_stream_si128((__m128i *)(d + 32), c);
         _mm_stream_si128((__m128i *)(d + 48), e);
     }
-    for (; align == 16 && n >= 16; n -= 16, d += 16, s += 16) {
+    for (; n >= 16; n -= 16, d += 16, s += 16) {
         _mm_stream_si128((__m128i *)d, _mm_loadu_si128((const __m128i *)s));
     }
     memcpy(d, s, n);
@@ -87,8 +93,10 @@ int main(int argc, char **argv)
                                     uint8_t *d = d0 + z * ps + y * rs;
                                     if (v == 0) {
                                         memcpy(d, s, row);
+                                    } else if (v == 1) {
+                                        stream_every_16(d, s, row);
                                     } else {
-                                        stream_lines(d, s, row, v == 1 ? 16 : 64);
+                                        cz_stream_run(d, s, row);
                                     }
                                 }
                             }

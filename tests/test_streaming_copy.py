@@ -135,17 +135,22 @@ def test_copy_into_a_memmap(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------ engine
 
 
+def _stored(path: Path, data: np.ndarray, chunks: tuple[int, ...], compressors: Any) -> None:
+    """``data`` as a new zarr array at ``path`` (fill value 0), written by zarr's pipeline."""
+    z = zarr.create_array(
+        zarr.storage.LocalStore(path), shape=data.shape, chunks=chunks, dtype=data.dtype,
+        compressors=compressors, fill_value=0,
+    )
+    with use_pipeline("zarr"):
+        z[...] = data
+
+
 def _array(path: Path, compressors: Any) -> np.ndarray:
     # float32 chunks of 256 x 256: 256 KiB, the smallest chunk streamed, in rows 18 KiB apart:
     # a chunk's region of the whole array spans 4.5 MiB, more than the bound.
     data = _source((512, 4608), "<f4", seed=3)
     data[np.isnan(data)] = 0
-    z = zarr.create_array(
-        zarr.storage.LocalStore(path), shape=data.shape, chunks=(256, 256), dtype="<f4",
-        compressors=compressors, fill_value=0,
-    )
-    with use_pipeline("zarr"):
-        z[...] = data
+    _stored(path, data, (256, 256), compressors)
     assert cpu_backend.STREAM_PLACE_MIN == 256 * 256 * 4
     assert cpu_backend.STREAM_ROW_MIN <= 256 * 4  # rows of 1 KiB: streamed
     assert 255 * 4608 * 4 + 1024 >= cpu_backend.STREAM_SPAN_MIN > 256 * 512 * 4
@@ -234,12 +239,7 @@ def test_rows_shorter_than_the_bound_are_not_streamed(
     # whole cache line. (A smaller span bound keeps the array small.)
     monkeypatch.setattr(cpu_backend, "STREAM_SPAN_MIN", 64 * 1024)
     data = _source((512, 32, 128), "u1", seed=5)
-    z = zarr.create_array(
-        zarr.storage.LocalStore(tmp_path / "s.zarr"), shape=data.shape, chunks=(512, 16, 32),
-        dtype="u1", compressors=zarr.codecs.ZstdCodec(level=1), fill_value=0,
-    )
-    with use_pipeline("zarr"):
-        z[...] = data
+    _stored(tmp_path / "s.zarr", data, (512, 16, 32), zarr.codecs.ZstdCodec(level=1))
     calls = _spy(monkeypatch)
     a = cuzarr.open(str(tmp_path / "s.zarr"), "r")
     out = np.full(data.shape, 7, "u1")
@@ -248,12 +248,7 @@ def test_rows_shorter_than_the_bound_are_not_streamed(
     assert calls == []
     # The same chunks in rows of 64 bytes are streamed.
     wide = _source((512, 16, 256), "u1", seed=6)
-    z = zarr.create_array(
-        zarr.storage.LocalStore(tmp_path / "w.zarr"), shape=wide.shape, chunks=(512, 8, 64),
-        dtype="u1", compressors=zarr.codecs.ZstdCodec(level=1), fill_value=0,
-    )
-    with use_pipeline("zarr"):
-        z[...] = wide
+    _stored(tmp_path / "w.zarr", wide, (512, 8, 64), zarr.codecs.ZstdCodec(level=1))
     out = np.full(wide.shape, 7, "u1")
     cuzarr.open(str(tmp_path / "w.zarr"), "r").read(..., out=out)
     np.testing.assert_array_equal(out, wide)

@@ -137,9 +137,10 @@ void cz_gather(int64_t n, const uint8_t *src, const int64_t *src_offsets,
  * written by memcpy: a partial line written with streaming stores costs far more than its read
  * (a 512 KiB chunk into 128-byte rows of a 256 MiB array, 16 bytes past a line as NumPy
  * allocates: 118 us streaming every 16 bytes, 117 us memcpy, 64 us streaming whole lines;
- * rows starting on a line: memcpy 67 us, streaming 20 us; bench/stream_rows.c). Used for chunks placed into outputs larger than the
- * cache, whose lines the copy would otherwise read in only to overwrite them. The caller
- * issues the fence (cz_copy_array) once the copy is done.
+ * rows starting on a line: memcpy 67 us, streaming 20 us; bench/stream_rows.c). Used for
+ * chunks placed into outputs larger than the cache, whose lines the copy would otherwise read
+ * in only to overwrite them. The caller issues the fence (cz_copy_array) once the copy is
+ * done.
  */
 static void cz_stream_run(uint8_t *d, const uint8_t *s, size_t n)
 {

@@ -135,8 +135,8 @@ STREAM_PLACE_MIN = 256 * 1024
 #: long may hold a whole cache line, and only whole lines are streamed (``cz_stream_run``
 #: writes a row's partial first and last lines by ordinary stores). Measured on a Zen 4 VM
 #: (``bench/stream_rows.c``), a chunk copied into rows 1 KiB apart of a 256 MiB array 16 bytes
-#: past a line (where NumPy's large arrays start): 1.09x (rows of 64 bytes) to 2.24x (512)
-#: faster than memcpy, 1.7-1.9x faster than streaming partial lines too (the helper before ABI
+#: past a line (where NumPy's large arrays start): level with memcpy (rows of 64 bytes) to 2.2x
+#: faster (512), 1.7-1.9x faster than streaming partial lines too (the helper before ABI
 #: 19, which lost to NumPy's copy in rows under 512 bytes); rows on a line, 2.4-3.4x faster
 #: than memcpy. Chunk by chunk into a caller's array, 1.03-1.14x a call for 64^3 uint16
 #: chunks (128-byte rows) (bench/results/probe-512-session41.md).
