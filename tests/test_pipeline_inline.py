@@ -51,14 +51,22 @@ def write_hops(_hop_log: dict[Any, list[int]]) -> list[int]:
 
 
 def _array(
-    store: Any, chunks: tuple[int, ...], shards: tuple[int, ...] | None = None, dtype: str = "u2"
+    store: Any,
+    chunks: tuple[int, ...],
+    shards: tuple[int, ...] | None = None,
+    dtype: str = "u2",
+    shape: tuple[int, int] = (256, 256),
 ) -> Any:
     arr = zarr.create_array(
-        store, shape=(256, 256), chunks=chunks, shards=shards, dtype=dtype,
+        store, shape=shape, chunks=chunks, shards=shards, dtype=dtype,
         compressors=zarr.codecs.ZstdCodec(level=1),
     )  # fmt: skip
-    arr[...] = np.arange(256 * 256, dtype=dtype).reshape(256, 256)
+    arr[...] = _values(shape, dtype)
     return zarr.open_array(store, mode="r")
+
+
+def _values(shape: tuple[int, int], dtype: str) -> Any:
+    return np.arange(shape[0] * shape[1], dtype=dtype).reshape(shape)
 
 
 @pytest.mark.parametrize("kind", ["local", "memory"])
@@ -75,35 +83,42 @@ def test_one_small_chunk_is_read_on_the_loop(tmp_path: Path, hops: list[int], ki
 
 
 def test_large_chunks_hop_to_a_thread(tmp_path: Path, hops: list[int]) -> None:
-    want = np.arange(256 * 256, dtype="u2").reshape(256, 256)
-    big = _array(LocalStore(tmp_path / "big.zarr"), (256, 256), dtype="u4")
-    assert INLINE_READ_MAX_BYTES < 256 * 256 * 4
+    """A chunk of INLINE_READ_MAX_BYTES (4 MiB) is read on the loop; one of twice that hops."""
+    assert INLINE_READ_MAX_BYTES == 1024 * 1024 * 4
+    at = _array(LocalStore(tmp_path / "at.zarr"), (1024, 1024), dtype="u4", shape=(1024, 2048))
+    big = _array(LocalStore(tmp_path / "big.zarr"), (1024, 2048), dtype="u4", shape=(1024, 2048))
+    want = _values((1024, 2048), "u4")
     hops.clear()
-    np.testing.assert_array_equal(big[10:20, 10:20], want[10:20, 10:20].astype("u4"))
+    np.testing.assert_array_equal(at[10:20, 1030:1040], want[10:20, 1030:1040])
+    assert hops == []
+    np.testing.assert_array_equal(big[10:20, 10:20], want[10:20, 10:20])
     assert hops == [1]
 
 
 def test_shards_hop_only_past_the_inner_chunks_bound(tmp_path: Path, hops: list[int]) -> None:
     """A read of one shard runs on the loop while the inner chunks it touches decode to at most
-    INLINE_READ_MAX_BYTES (here 64 KiB each: up to two of them), else it hops."""
-    want = np.arange(256 * 256, dtype="u4").reshape(256, 256)
-    sharded = _array(LocalStore(tmp_path / "s.zarr"), (128, 128), shards=(256, 256), dtype="u4")
-    assert INLINE_READ_MAX_BYTES == 128 * 128 * 4 * 2
+    INLINE_READ_MAX_BYTES (here 2 MiB each: up to two of them), else it hops."""
+    shape = (1024, 2048)
+    want = _values(shape, "u4")
+    sharded = _array(
+        LocalStore(tmp_path / "s.zarr"), (512, 1024), shards=shape, dtype="u4", shape=shape
+    )
+    assert INLINE_READ_MAX_BYTES == 512 * 1024 * 4 * 2
     hops.clear()
     inline = [
         (slice(0, 10), slice(0, 10)),  # one inner chunk
-        (slice(120, 136), slice(0, 10)),  # two along the first axis
-        (5, slice(100, 200)),  # an int and two inner chunks along the second axis
-        (slice(0, 256, 200), slice(0, 1)),  # a step from the first inner chunk to the second
-        (slice(0, 256, 2), slice(0, 1)),  # every other row of both
+        (slice(500, 520), slice(0, 10)),  # two along the first axis
+        (5, slice(1000, 1100)),  # an int and two inner chunks along the second axis
+        (slice(0, 1024, 600), slice(0, 1)),  # a step from the first inner chunk to the second
+        (slice(0, 1024, 2), slice(0, 1)),  # every other row of both
     ]
     for sel in inline:
         np.testing.assert_array_equal(sharded[sel], want[sel])
         assert hops == [], sel
-    sel = (slice(120, 136), slice(120, 136))  # four inner chunks: 256 KiB
+    sel = (slice(500, 520), slice(1000, 1030))  # four inner chunks: 8 MiB
     np.testing.assert_array_equal(sharded[sel], want[sel])
     assert hops == [1]
-    np.testing.assert_array_equal(sharded[[1, 200], 0:4], want[[1, 200], 0:4])  # not slices
+    np.testing.assert_array_equal(sharded[[1, 600], 0:4], want[[1, 600], 0:4])  # not slices
     assert hops == [1, 1]
 
 

@@ -49,18 +49,27 @@ __all__ = ["Pipeline"]
 _WRITE_ORDERS = ("morton", "lexicographic", "colexicographic", "unordered")
 
 #: Reads of one chunk from a local folder or memory that decode at most this many bytes run
-#: on zarr's event loop thread itself: the two thread hops of ``asyncio.to_thread`` (~100 us
-#: in, ~140 us back, measured for 8 KiB chunks) cost more than the read (~90 us). For a
-#: sharded array the bytes are those of the inner chunks the selection touches (a chunk by
-#: chunk read of 64 KiB inner chunks: the hop was 118 of 496 us a call, the engine 147 us).
-#: Larger or remote reads and the GPU take the hop, so the loop is never blocked long.
-INLINE_READ_MAX_BYTES = 128 * 1024
+#: on zarr's event loop thread itself, instead of hopping to a thread and back with
+#: ``asyncio.to_thread``: the two hops cost ~100 us in and ~140 us back (measured for 8 KiB
+#: chunks), more than a small read, and 4-15 % of a read of one chunk of 512 KiB to 1.2 MB
+#: (chunk by chunk through zarr, paired in one process, four runs: 1.04-1.23x a call on
+#: (a), (c), (d), (f), (h), (j) in three, 0.97-1.04x in one taken while the VM ran slower;
+#: bench/results/probe-512-session42.md). For a sharded array the bytes are those of the
+#: inner chunks the selection touches. 4 MiB decodes in a few milliseconds; what running on
+#: the loop risks is a call from another thread that arrives meanwhile waiting that long to
+#: start (with another task already on the loop, work hops: :func:`_loop_is_free`). Larger
+#: or remote reads and the GPU hop.
+INLINE_READ_MAX_BYTES = 4 * 1024 * 1024
 
 #: Writes to an unsharded array in a local folder or memory whose chunks total at most this
 #: many bytes run on the event loop as well: the hop was ~10 % of a write of 8 chunks of
 #: 8 KiB through zarr (1.11x faster inline, paired, in one process), ~5 % of 8 chunks of
-#: 512 KiB of blosc-lz4 and ~2 % of 8 of zstd. Sharded writes rewrite whole shards: they hop.
-INLINE_WRITE_MAX_BYTES = INLINE_READ_MAX_BYTES
+#: 512 KiB of blosc-lz4 and ~2 % of 8 of zstd. Not raised with the reads' bound: writes of 8
+#: chunks of 512 KiB measured level inline (0.99-1.01x paired, each call after a collection
+#: and a sync as the benchmark makes them; 0.99-1.06x back to back in two runs;
+#: bench/results/probe-512-session42.md).
+#: Sharded writes rewrite whole shards: they hop.
+INLINE_WRITE_MAX_BYTES = 128 * 1024
 
 BatchInfo = tuple[Any, "ZArraySpec", "SelectorTuple", "SelectorTuple", bool]
 
