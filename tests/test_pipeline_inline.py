@@ -73,7 +73,7 @@ def _values(shape: tuple[int, int], dtype: str) -> Any:
 def test_one_small_chunk_is_read_on_the_loop(tmp_path: Path, hops: list[int], kind: str) -> None:
     store = LocalStore(tmp_path / "a.zarr") if kind == "local" else MemoryStore()
     arr = _array(store, (32, 32))
-    want = np.arange(256 * 256, dtype="u2").reshape(256, 256)
+    want = _values((256, 256), "u2")
     hops.clear()
     np.testing.assert_array_equal(arr[32:64, 64:96], want[32:64, 64:96])  # one chunk
     np.testing.assert_array_equal(arr[40, 70], want[40, 70])
@@ -203,7 +203,7 @@ def test_work_hops_while_another_task_is_on_the_loop(
     running = asyncio.run_coroutine_threadsafe(other(), _get_loop())
     try:
         hops.clear()
-        want = np.arange(256 * 256, dtype="u2").reshape(256, 256)
+        want = _values((256, 256), "u2")
         np.testing.assert_array_equal(arr[0:4, 0:4], want[0:4, 0:4])
         arr[0:4, 0:4] = 1
         assert hops == [1]
@@ -253,7 +253,7 @@ def test_zarr_async_api_on_the_callers_loop_hops(
     once, small reads and writes hop: only zarr's own loop runs engine work."""
     store = LocalStore(tmp_path / "x.zarr")
     _array(store, (32, 32))
-    want = np.arange(256 * 256, dtype="u2").reshape(256, 256)
+    want = _values((256, 256), "u2")
     hops.clear()
 
     async def main() -> Any:

@@ -67,8 +67,7 @@ INLINE_READ_MAX_BYTES = 4 * 1024 * 1024
 #: 512 KiB of blosc-lz4 and ~2 % of 8 of zstd. Not raised with the reads' bound: writes of 8
 #: chunks of 512 KiB measured level inline (0.99-1.01x paired, each call after a collection
 #: and a sync as the benchmark makes them; 0.99-1.06x back to back in two runs;
-#: bench/results/probe-512-session42.md).
-#: Sharded writes rewrite whole shards: they hop.
+#: bench/results/probe-512-session42.md). Sharded writes rewrite whole shards: they hop.
 INLINE_WRITE_MAX_BYTES = 128 * 1024
 
 BatchInfo = tuple[Any, "ZArraySpec", "SelectorTuple", "SelectorTuple", bool]
