@@ -43,11 +43,13 @@ from bench.matrix import (
     FLOOR,
     FLOOR_WORKLOADS,
     MULTI_CALL_WORKLOADS,
+    OPTIONAL_ENGINES,
     PEERS,
     REPO,
     RESULTS_DIR,
     THREAD_CONTROLS,
     WORKLOADS,
+    ZARR_OWN,
 )
 from bench.report import environment, evaluate_targets, file_system_of, format_markdown
 
@@ -184,9 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--engines",
-        type=_csv(ENGINES),
+        type=_csv(ENGINES + OPTIONAL_ENGINES),
         default=list(ENGINES),
-        help=f"subset of {','.join(ENGINES)} (all); the floor always runs",
+        help=f"subset of {','.join(ENGINES)} (all), or with {ZARR_OWN} (zarr's API with a "
+        "pipeline that does nothing: zarr's own time, bench/zarr_own.py); the floor always runs",
     )
     p.add_argument(
         "--workloads",
@@ -396,6 +399,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 }
                 for key in args.datasets
                 for engine in args.engines
+                if engine != ZARR_OWN  # its reads return garbage by design
             ]
             _progress(f"peak RSS of read all: {len(jobs)} subprocesses")
             with ThreadPoolExecutor(os.cpu_count() or 1) as pool:

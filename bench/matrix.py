@@ -14,6 +14,10 @@ RESULTS_DIR = REPO / "bench" / "results"
 ENGINES = ("cuzarr", "cuzarr-api", "zarr", "zarr-fused", "zarrs", "tensorstore")
 CUZARR_ENGINES = ("cuzarr", "cuzarr-api")
 PEERS = ("zarr", "zarr-fused", "zarrs", "tensorstore")
+#: zarr's own time: zarr's API with a pipeline that does nothing (bench/zarr_own.py), run on
+#: request (``--engines ...,zarr-own``); never verified, never a peer.
+ZARR_OWN = "zarr-own"
+OPTIONAL_ENGINES = (ZARR_OWN,)
 #: The codec floor: every chunk decoded (encoded) in memory with the codec library cuzarr uses.
 FLOOR = "floor"
 WORKLOADS = ("read_all", "read_chunks", "read_strided", "write_all", "write_partial")
@@ -37,6 +41,7 @@ ZARR_PIPELINES = {
     "zarr-fused": "zarr.core.codec_pipeline.FusedCodecPipeline",
     "zarrs": "zarrs.ZarrsCodecPipeline",
     "cuzarr": "cuzarr.zarr_pipeline.Pipeline",
+    ZARR_OWN: "bench.zarr_own.NoOpPipeline",
 }
 #: How each engine is held to N threads (recorded in the results).
 THREAD_CONTROLS = {
@@ -51,6 +56,7 @@ THREAD_CONTROLS = {
     "RAYON_NUM_THREADS=N, codec_pipeline.strict=True (no silent fallback to zarr's pipeline)",
     "tensorstore": "Context data_copy_concurrency.limit=N and file_io_concurrency.limit=N; "
     "no cache pool (TensorStore's default)",
+    ZARR_OWN: "zarr threading.max_workers=N (its pipeline does no work, so no thread runs any)",
     "floor": "the libraries cuzarr codes with: zstd decoded by numcodecs' libzstd in one call "
     "(chunks of 64 KiB or more) or python-zstandard, encoded by python-zstandard; other codecs "
     "numcodecs decode/encode with out= buffers; on a ThreadPoolExecutor of N threads",

@@ -18,6 +18,7 @@ from bench.matrix import (
     PARTIAL_REPEATS,
     PEERS,
     THREAD_CONTROLS,
+    ZARR_OWN,
 )
 
 
@@ -72,9 +73,10 @@ def cell_speed(
     key: str,
     workload: str,
 ) -> float | None:
-    """A verified cell's MB/s (``None`` if it was not measured or failed)."""
+    """A verified cell's MB/s (``None`` if it was not measured or failed); ``zarr-own``'s cells,
+    never verified (bench/zarr_own.py), count where they did not fail."""
     cell = idx.get((engine, threads, key, workload))
-    if cell is None or not cell["verified"]:
+    if cell is None or not (cell["verified"] or (engine == ZARR_OWN and not cell["error"])):
         return None
     speed: float = cell["mb_per_s"]
     return speed
@@ -284,6 +286,62 @@ def format_reporting(before: dict[str, int] | None, during: dict[str, int] | Non
     return f"{state}, {mib:,.0f} MiB reported during the run"
 
 
+def _median_ms(
+    idx: dict[tuple[str, int, str, str], dict[str, Any]],
+    engine: str,
+    threads: int,
+    key: str,
+    workload: str,
+) -> float | None:
+    """A cell's time in ms (the median over rounds), where :func:`cell_speed` gives it one."""
+    if cell_speed(idx, engine, threads, key, workload) is None:
+        return None
+    cell = idx[(engine, threads, key, workload)]
+    return 1e3 * float(cell.get("median_seconds", cell["best_seconds"]))
+
+
+def _own_time_table(
+    doc: dict[str, Any], idx: dict[tuple[str, int, str, str], dict[str, Any]], threads: int
+) -> list[str]:
+    """What zarr's own work leaves to a pipeline plugged into it, cell by cell."""
+    lines = [
+        "",
+        f"## zarr's own time ({threads} thread(s))",
+        "",
+        f"`{ZARR_OWN}`: zarr's API with a pipeline that takes its batch and does nothing "
+        "(bench/zarr_own.py): what every pipeline through zarr pays on top of its own work. "
+        "`left` = the best peer's time - zarr's own: a pipeline meets `>= 1.0x the best peer` "
+        "through zarr only if its own work fits in it; cuzarr-api's whole call (its own indexer "
+        "and output included) shows what cuzarr's engine needs. Times: the median over rounds "
+        "of the cell as timed (read_chunks: the loop over every chunk).",
+        "",
+        "| dataset | workload | zarr's own ms | best peer ms | own / best peer | left ms | "
+        "cuzarr (through zarr) ms | cuzarr-api ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def ms(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.3g}"
+
+    for key in doc["args"]["datasets"]:
+        for workload in doc["args"]["workloads"]:
+            own = _median_ms(idx, ZARR_OWN, threads, key, workload)
+            peer = best_peer(idx, threads, key, workload)
+            peer_ms = None if peer is None else _median_ms(idx, peer[0], threads, key, workload)
+            share = left = None
+            if own is not None and peer_ms is not None:
+                share, left = own / peer_ms, peer_ms - own
+            lines.append(
+                f"| ({key}) | {workload} | {ms(own)} | "
+                + ("n/a" if peer is None else f"{ms(peer_ms)} ({peer[0]})")
+                + (" | n/a | " if share is None else f" | {100 * share:.0f} % | ")
+                + ("none" if left is not None and left <= 0 else ms(left))
+                + f" | {ms(_median_ms(idx, 'cuzarr', threads, key, workload))}"
+                + f" | {ms(_median_ms(idx, 'cuzarr-api', threads, key, workload))} |"
+            )
+    return lines
+
+
 def _ratio_table(rows: list[dict[str, Any]]) -> list[str]:
     """Markdown rows of per-round ratios: min / median / max per engine and cell."""
     lines = [
@@ -302,7 +360,9 @@ def format_markdown(doc: dict[str, Any]) -> str:
     """The results as markdown: a header, one table per thread count, targets, peak RSS."""
     env = doc["environment"]
     idx = index_results(doc["results"])
-    engines = [e for e in (*ENGINES, FLOOR) if e in doc["args"]["engines"] or e == FLOOR]
+    engines = [
+        e for e in (*ENGINES, ZARR_OWN, FLOOR) if e in doc["args"]["engines"] or e == FLOOR
+    ]
     lines = [
         f"# cuzarr vs peers: {doc['name']}",
         "",
@@ -453,6 +513,8 @@ def format_markdown(doc: dict[str, Any]) -> str:
             "",
         ]
         lines += _ratio_table(typical)
+    if ZARR_OWN in doc["args"]["engines"]:
+        lines += _own_time_table(doc, idx, top)
     errors = [c for c in doc["results"] if c["error"]]
     if errors:
         lines += ["", "## Cells without a number", ""]
@@ -461,5 +523,9 @@ def format_markdown(doc: dict[str, Any]) -> str:
             for c in errors
         ]
     lines += ["", "## Thread limits", ""]
-    lines += [f"- {k}: {v}" for k, v in THREAD_CONTROLS.items()]
+    lines += [
+        f"- {k}: {v}"
+        for k, v in THREAD_CONTROLS.items()
+        if k != ZARR_OWN or ZARR_OWN in doc["args"]["engines"]
+    ]
     return "\n".join(lines) + "\n"

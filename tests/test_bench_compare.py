@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import cells, datasets, engines, floor, matrix, report  # noqa: E402
+from bench import cells, datasets, engines, floor, matrix, report, zarr_own  # noqa: E402
 
 QUICK_ENGINES = ("cuzarr", "cuzarr-api", "tensorstore")
 QUICK_DATASETS = ("a", "b")
@@ -323,7 +323,7 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
             "--datasets",
             "a",
             "--engines",
-            "cuzarr-api,zarr",
+            "cuzarr-api,zarr,zarr-own",
             "--workloads",
             "read_all,write_all,write_partial",
             "--no-rss",
@@ -350,9 +350,17 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
         assert c["error"] is None and len(c["seconds"]) == 3
         assert c["best_seconds"] == min(c["seconds"])
         assert c["mb_per_s"] == pytest.approx(c["nbytes"] / 1e6 / sorted(c["seconds"])[1])
+        # zarr-own (zarr with a pipeline that does nothing) is timed like the others, unchecked
+        assert c["verified"] is (c["engine"] != "zarr-own")
+    by_key = {(c["engine"], c["workload"]): c for c in doc["results"]}
+    assert by_key[("zarr-own", "read_all")]["pipeline"] == "bench.zarr_own.NoOpPipeline"
     ratios = {(r["engine"], r["workload"], r["statistic"]): r for r in doc["round_ratios"]}
     rr = ratios[("cuzarr-api", "read_all", "best")]
     assert len(rr["ratios"]) == 3 and rr["min"] <= rr["median"] <= rr["max"]
+    # zarr-own is never a peer: each round's ratio is to zarr, the one peer run
+    mine, peer = by_key[("cuzarr-api", "read_all")], by_key[("zarr", "read_all")]
+    assert rr["ratios"] == [p / m for p, m in zip(peer["seconds"], mine["seconds"], strict=True)]
+    assert not any(r["engine"] == "zarr-own" for r in doc["round_ratios"])
     # write_partial is timed PARTIAL_REPEATS times a round: every call kept, and its ratios
     # reported for the median call as well; single-call workloads have no median-call row.
     for c in doc["results"]:
@@ -365,6 +373,11 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
     md = (tmp_path / "r.md").read_text()
     assert "## Ratios to the best peer over rounds" in md
     assert "## Write partial, the median call" in md
+    own = 1e3 * by_key[("zarr-own", "read_all")]["median_seconds"]
+    peer_ms = 1e3 * peer["median_seconds"]
+    assert "## zarr's own time (1 thread(s))" in md
+    row = f"| (a) | read_all | {own:.3g} | {peer_ms:.3g} (zarr) | {100 * own / peer_ms:.0f} % |"
+    assert row in md
     # Per-round ratios and the merge, on fake cells.
     fake = [
         {
@@ -395,6 +408,24 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
     assert got["statistic"] == "median" and got["ratios"] == [2.0 / 3.0, 12.0]
     with pytest.raises(ValueError, match="statistic"):
         interleave.round_ratios(per_engine, ["cuzarr"], ["zarr"], statistic="mean")
+
+
+def test_zarr_own_pipeline_reads_and_stores_nothing(tmp_path: Path) -> None:
+    """bench/zarr_own.py's pipeline takes zarr's batch and does nothing: what zarr-own times is
+    zarr's own work only."""
+    import zarr
+
+    path = str(tmp_path / "a.zarr")
+    data = np.arange(64, dtype="u2").reshape(8, 8)
+    zarr.create_array(path, shape=(8, 8), chunks=(4, 4), dtype="u2", fill_value=7)[...] = data
+    zarr_own.register()
+    with zarr.config.set({"codec_pipeline.path": matrix.ZARR_PIPELINES["zarr-own"]}):
+        arr = zarr.open_array(path, mode="r+")
+        assert type(arr.async_array.codec_pipeline) is zarr_own.NoOpPipeline
+        arr[:4, :] = 1000  # two chunks: stores nothing
+        got = arr[...]  # four chunks: reads nothing into zarr's output
+    assert not np.array_equal(got, data)
+    np.testing.assert_array_equal(zarr.open_array(path, mode="r")[...], data)
 
 
 def _fake_reporting(
