@@ -144,30 +144,30 @@ def _zarr_default(store: Any) -> Any:
 
 @pytest.mark.parametrize("kind", ["local", "memory"])
 def test_small_writes_run_on_the_loop(tmp_path: Path, write_hops: list[int], kind: str) -> None:
-    """Writes of unsharded arrays whose chunks total at most INLINE_WRITE_MAX_BYTES (2 KiB
-    chunks here: 64 of them) run on the loop, whole and partial chunks alike; larger ones
+    """Writes of unsharded arrays whose chunks total at most INLINE_WRITE_MAX_BYTES (128 KiB
+    chunks here: 32 of them) run on the loop, whole and partial chunks alike; larger ones
     hop. What they write is what zarr's own pipeline reads back."""
     store = LocalStore(tmp_path / "w.zarr") if kind == "local" else MemoryStore()
     arr = zarr.create_array(
-        store, shape=(512, 256), chunks=(32, 32), dtype="u2", fill_value=3,
+        store, shape=(2048, 2048), chunks=(256, 256), dtype="u2", fill_value=3,
         compressors=zarr.codecs.ZstdCodec(level=1),
     )  # fmt: skip
-    assert INLINE_WRITE_MAX_BYTES == 64 * 32 * 32 * 2
-    want = np.full((512, 256), 3, dtype="u2")
+    assert INLINE_WRITE_MAX_BYTES == 32 * 256 * 256 * 2
+    want = np.full((2048, 2048), 3, dtype="u2")
     rng = np.random.default_rng(5)
     for sel in [
-        (slice(0, 64), slice(0, 64)),  # 4 whole chunks
+        (slice(0, 512), slice(0, 512)),  # 4 whole chunks
         (slice(3, 5), slice(40, 47)),  # part of one chunk: read, merged, written
-        (slice(0, 256), slice(0, 256)),  # 64 chunks: 128 KiB, the bound
+        (slice(0, 1024), slice(None)),  # 32 chunks: 4 MiB, the bound
         (7, slice(None)),  # a row through 8 chunks
     ]:
         value = rng.integers(0, 60000, size=want[sel].shape, dtype="u2")
         arr[sel] = value
         want[sel] = value
         assert write_hops == [], sel
-    arr[...] = want[::-1]  # 128 chunks: hops
+    arr[...] = want[::-1]  # 64 chunks: hops
     want = want[::-1].copy()
-    assert write_hops == [128]
+    assert write_hops == [64]
     np.testing.assert_array_equal(_zarr_default(store), want)
 
 

@@ -63,12 +63,16 @@ INLINE_READ_MAX_BYTES = 4 * 1024 * 1024
 
 #: Writes to an unsharded array in a local folder or memory whose chunks total at most this
 #: many bytes run on the event loop as well: the hop was ~10 % of a write of 8 chunks of
-#: 8 KiB through zarr (1.11x faster inline, paired, in one process), ~5 % of 8 chunks of
-#: 512 KiB of blosc-lz4 and ~2 % of 8 of zstd. Not raised with the reads' bound: writes of 8
-#: chunks of 512 KiB measured level inline (0.99-1.01x paired, each call after a collection
-#: and a sync as the benchmark makes them; 0.99-1.06x back to back in two runs;
-#: bench/results/probe-512-session42.md). Sharded writes rewrite whole shards: they hop.
-INLINE_WRITE_MAX_BYTES = 128 * 1024
+#: 8 KiB through zarr (1.11x faster inline, paired, in one process). Writes of 8 chunks of
+#: 512 KiB (4 MiB), each call after a collection and a sync as the benchmark makes them,
+#: paired in one process: on an Intel Xeon VM 1.02-1.07x faster inline ((h) blosc-lz4
+#: 1.06-1.07x, (d) uncompressed 1.05-1.07x, (a), (c), (f) zstd 1.00-1.03x; writes over the
+#: bound, which hop either way, 1.000-1.005x), on a Zen 4 VM level (0.99-1.01x); two to four
+#: threads writing such regions at once through zarr, 0.99-1.06x the throughput
+#: (bench/results/probe-512-session43.md, probe-512-session42.md). As for reads, a call from
+#: another thread that arrives while a write runs on the loop waits for it to finish.
+#: Sharded writes rewrite whole shards: they hop.
+INLINE_WRITE_MAX_BYTES = 4 * 1024 * 1024
 
 BatchInfo = tuple[Any, "ZArraySpec", "SelectorTuple", "SelectorTuple", bool]
 
