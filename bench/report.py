@@ -360,9 +360,8 @@ def format_markdown(doc: dict[str, Any]) -> str:
     """The results as markdown: a header, one table per thread count, targets, peak RSS."""
     env = doc["environment"]
     idx = index_results(doc["results"])
-    engines = [
-        e for e in (*ENGINES, ZARR_OWN, FLOOR) if e in doc["args"]["engines"] or e == FLOOR
-    ]
+    # zarr-own's speeds (a pipeline that does nothing) are no engine's: its own section only
+    engines = [e for e in (*ENGINES, FLOOR) if e in doc["args"]["engines"] or e == FLOOR]
     lines = [
         f"# cuzarr vs peers: {doc['name']}",
         "",
