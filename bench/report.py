@@ -73,13 +73,20 @@ def cell_speed(
     key: str,
     workload: str,
 ) -> float | None:
-    """A verified cell's MB/s (``None`` if it was not measured or failed); ``zarr-own``'s cells,
-    never verified (bench/zarr_own.py), count where they did not fail."""
-    cell = idx.get((engine, threads, key, workload))
-    if cell is None or not (cell["verified"] or (engine == ZARR_OWN and not cell["error"])):
+    """A verified cell's MB/s (``None`` if it was not measured or failed): :func:`_measured`."""
+    cell = _measured(idx.get((engine, threads, key, workload)))
+    if cell is None:
         return None
     speed: float = cell["mb_per_s"]
     return speed
+
+
+def _measured(cell: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``cell`` where it has a number: verified, or ``zarr-own``'s (never verified,
+    bench/zarr_own.py) where it did not fail; else ``None``."""
+    if cell is None or not (cell["verified"] or (cell["engine"] == ZARR_OWN and not cell["error"])):
+        return None
+    return cell
 
 
 def best_peer(
@@ -286,18 +293,10 @@ def format_reporting(before: dict[str, int] | None, during: dict[str, int] | Non
     return f"{state}, {mib:,.0f} MiB reported during the run"
 
 
-def _median_ms(
-    idx: dict[tuple[str, int, str, str], dict[str, Any]],
-    engine: str,
-    threads: int,
-    key: str,
-    workload: str,
-) -> float | None:
-    """A cell's time in ms (the median over rounds), where :func:`cell_speed` gives it one."""
-    if cell_speed(idx, engine, threads, key, workload) is None:
-        return None
-    cell = idx[(engine, threads, key, workload)]
-    return 1e3 * float(cell.get("median_seconds", cell["best_seconds"]))
+def _median_ms(cell: dict[str, Any] | None) -> float | None:
+    """A cell's time in ms (the median over rounds), where it has a number (:func:`_measured`)."""
+    cell = _measured(cell)
+    return None if cell is None else 1e3 * float(cell.get("median_seconds", cell["best_seconds"]))
 
 
 def _own_time_table(
@@ -325,9 +324,13 @@ def _own_time_table(
 
     for key in doc["args"]["datasets"]:
         for workload in doc["args"]["workloads"]:
-            own = _median_ms(idx, ZARR_OWN, threads, key, workload)
+            times = {
+                e: _median_ms(idx.get((e, threads, key, workload)))
+                for e in (ZARR_OWN, *CUZARR_ENGINES, *PEERS)
+            }
+            own = times[ZARR_OWN]
             peer = best_peer(idx, threads, key, workload)
-            peer_ms = None if peer is None else _median_ms(idx, peer[0], threads, key, workload)
+            peer_ms = None if peer is None else times[peer[0]]
             share = left = None
             if own is not None and peer_ms is not None:
                 share, left = own / peer_ms, peer_ms - own
@@ -336,8 +339,7 @@ def _own_time_table(
                 + ("n/a" if peer is None else f"{ms(peer_ms)} ({peer[0]})")
                 + (" | n/a | " if share is None else f" | {100 * share:.0f} % | ")
                 + ("none" if left is not None and left <= 0 else ms(left))
-                + f" | {ms(_median_ms(idx, 'cuzarr', threads, key, workload))}"
-                + f" | {ms(_median_ms(idx, 'cuzarr-api', threads, key, workload))} |"
+                + f" | {ms(times['cuzarr'])} | {ms(times['cuzarr-api'])} |"
             )
     return lines
 
