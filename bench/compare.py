@@ -11,7 +11,7 @@ engines take turns cell by cell, in rotating order (``bench/interleave.py``). Pe
 whole-array read runs in yet another subprocess per engine and dataset (``--rss``). Every cell
 is verified against the expected data; a cell that fails verification has no number. The
 pieces live beside this file: ``matrix``, ``datasets``, ``engines``, ``cells``, ``floor``,
-``report``.
+``interleave``, ``drift`` (the machine's speed over the run), ``report``.
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench import interleave
+from bench import drift, interleave
 from bench.cells import Mismatch, check_equal, measure
 from bench.datasets import datasets_for, generate
 from bench.engines import Unsupported, make_adapter
@@ -210,6 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS subprocesses")
     p.add_argument("--no-floor", action="store_true", help="skip the codec floor")
     p.add_argument(
+        "--no-drift",
+        action="store_true",
+        help="skip the machine probe (bench/drift.py) at the start and after every dataset",
+    )
+    p.add_argument(
         "--hold-freed-memory",
         action="store_true",
         help="turn Linux's free page reporting off during the run (root; restored after): on "
@@ -238,6 +244,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _probe_drift(
+    doc: dict[str, Any], args: argparse.Namespace, label: str, started: float
+) -> None:
+    """Time the machine probe in a fresh process (bench/drift.py) and record it as ``label``
+    with the minutes since ``started`` (a ``time.monotonic()``)."""
+    if args.no_drift:
+        return
+    sample = drift.probe_in_subprocess(REPO)
+    sample["label"] = label
+    sample["minutes"] = round((time.monotonic() - started) / 60, 2)
+    sample["load"] = round(os.getloadavg()[0], 2)
+    doc.setdefault("drift", []).append(sample)
+
+
 def _run_interleaved(
     doc: dict[str, Any],
     args: argparse.Namespace,
@@ -248,8 +268,10 @@ def _run_interleaved(
     repeats: int,
     data_dir: Path,
     scratch: Path,
+    started: float,
 ) -> None:
-    """Every cell in ``rounds`` rounds of all engines, rotating the order (bench/interleave.py)."""
+    """Every cell in ``rounds`` rounds of all engines, rotating the order (bench/interleave.py);
+    the machine probe after every dataset (:func:`_probe_drift`)."""
     base = {"threads": threads, "size": size, "data": str(data_dir), "scratch": str(scratch)}
     workers: dict[str, interleave.Worker] = {}
     try:
@@ -284,6 +306,7 @@ def _run_interleaved(
                     doc["round_ratios"] += interleave.round_ratios(
                         per_engine, CUZARR_ENGINES, PEERS, statistic="median"
                     )
+            _probe_drift(doc, args, f"threads={threads} after ({key})", started)
         for engine in engines:
             if engine in CUZARR_ENGINES:
                 stats = workers[engine].ask({"cmd": "stats"})["cuzarr_stats"]
@@ -360,6 +383,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "workloads": args.workloads,
             "rss": not args.no_rss,
             "floor": not args.no_floor,
+            "drift": not args.no_drift,
             "hold_freed_memory": bool(args.hold_freed_memory),
             "scratch": None if args.scratch is None else str(args.scratch),
         },
@@ -385,8 +409,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         doc["scratch_fs"] = file_system_of(scratch)
         generate(data_dir, size, args.datasets, _progress)
         engines = list(args.engines) + ([] if args.no_floor else [FLOOR])
+        started = time.monotonic()
+        _probe_drift(doc, args, "start", started)
         for n in threads:
-            _run_interleaved(doc, args, engines, n, size, rounds, repeats, data_dir, scratch)
+            _run_interleaved(
+                doc, args, engines, n, size, rounds, repeats, data_dir, scratch, started
+            )
         if not args.no_rss and "read_all" in args.workloads:
             # Untimed, so these run side by side (peak RSS is per process).
             jobs = [

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bench import interleave
+from bench import drift, interleave
 from bench.datasets import datasets_for
 from bench.matrix import (
     ALL_DATASET_KEYS,
@@ -344,6 +344,38 @@ def _own_time_table(
     return lines
 
 
+def _drift_table(samples: list[dict[str, Any]]) -> list[str]:
+    """The machine probe over the run (bench/drift.py), each timing also as the start's speed."""
+    lines = [
+        "",
+        "## The machine over the run",
+        "",
+        "One fixed probe, single-threaded, in a fresh process (no engine, no worker history: "
+        "bench/drift.py), at the start and after every dataset: a 1 MiB zstd frame decoded "
+        "(CPU), 64 MiB of fresh memory written (page faults), 64 MiB copied (memory "
+        "bandwidth), each the best of a few. In brackets the speed relative to the start "
+        "(below 1.00: the machine was slower than at the start). The rounds interleave the "
+        "engines, so a slow machine slows every engine of the cells measured then, though "
+        "not necessarily alike (an engine that faults in more fresh memory loses more when "
+        "the fresh-memory probe is slow); absolute speeds and the per-chunk target "
+        "((time - floor) / chunks) move with it.",
+        "",
+        "| when | minutes | load | decode ms | fresh ms | copy ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    first = next((s for s in samples if "error" not in s), None)
+    for s in samples:
+        if "error" in s:
+            lines.append(f"| {s['label']} | {s['minutes']} | {s['load']} | {s['error']} | | |")
+            continue
+        cells = []
+        for field in drift.PROBE_FIELDS:
+            speed = "" if first is None else f" ({first[field] / s[field]:.2f})"
+            cells.append(f"{s[field]:.3g}{speed}")
+        lines.append(f"| {s['label']} | {s['minutes']} | {s['load']} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _ratio_table(rows: list[dict[str, Any]]) -> list[str]:
     """Markdown rows of per-round ratios: min / median / max per engine and cell."""
     lines = [
@@ -516,6 +548,8 @@ def format_markdown(doc: dict[str, Any]) -> str:
         lines += _ratio_table(typical)
     if ZARR_OWN in doc["args"]["engines"]:
         lines += _own_time_table(doc, idx, top)
+    if doc.get("drift"):
+        lines += _drift_table(doc["drift"])
     errors = [c for c in doc["results"] if c["error"]]
     if errors:
         lines += ["", "## Cells without a number", ""]

@@ -110,6 +110,69 @@ def test_quick_run_rss_targets_and_report(quick_run: tuple[dict[str, Any], Path]
     assert "## Targets" in md and "## Peak RSS" in md and "Load average" in md
 
 
+def test_quick_run_probes_the_machine_after_every_dataset(
+    quick_run: tuple[dict[str, Any], Path],
+) -> None:
+    """bench/drift.py: the probe ran in a fresh process at the start and after each dataset."""
+    from bench import drift
+
+    doc, out = quick_run
+    samples = doc["drift"]
+    assert [s["label"] for s in samples] == [
+        "start",
+        "threads=1 after (a)",
+        "threads=1 after (b)",
+    ]
+    minutes = [s["minutes"] for s in samples]
+    assert minutes == sorted(minutes) and minutes[0] >= 0
+    for s in samples:
+        assert "error" not in s, s
+        assert all(0 < s[f] < 10_000 for f in drift.PROBE_FIELDS)
+    md = (out / "t.md").read_text()
+    assert "## The machine over the run" in md
+    start = samples[0]
+    row = (
+        f"| start | {start['minutes']} | {start['load']} | {start['decode_ms']:.3g} (1.00) | "
+        f"{start['fresh_ms']:.3g} (1.00) | {start['copy_ms']:.3g} (1.00) |"
+    )
+    assert row in md
+
+
+def test_drift_table_gives_speeds_relative_to_the_start_and_names_failures() -> None:
+    from bench.report import _drift_table
+
+    samples = [
+        {"label": "start", "minutes": 0.0, "load": 0.5, "decode_ms": 1.0, "fresh_ms": 10.0,
+         "copy_ms": 8.0},
+        {"label": "threads=2 after (a)", "minutes": 6.5, "load": 1.9,
+         "error": "bench.drift exited with 1: MemoryError"},
+        {"label": "threads=2 after (b)", "minutes": 12.0, "load": 2.0, "decode_ms": 1.25,
+         "fresh_ms": 8.0, "copy_ms": 8.0},
+    ]
+    lines = _drift_table(samples)
+    assert "| threads=2 after (b) | 12.0 | 2.0 | 1.25 (0.80) | 8 (1.25) | 8 (1.00) |" in lines
+    assert "| threads=2 after (a) | 6.5 | 1.9 | bench.drift exited with 1: MemoryError | | |" in (
+        lines
+    )
+    # A failed first probe: the next good one is the reference.
+    lines = _drift_table(samples[1:])
+    assert "| threads=2 after (b) | 12.0 | 2.0 | 1.25 (1.00) | 8 (1.00) | 8 (1.00) |" in lines
+
+
+def test_drift_probe_in_a_subprocess_reports_a_failure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A probe that cannot run is recorded as an error naming the exit, not a crash."""
+    from bench import drift
+
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "__init__.py").write_text("")
+    (tmp_path / "bench" / "drift.py").write_text("raise SystemExit('no probe here')\n")
+    monkeypatch.setenv("PYTHONPATH", "")
+    got = drift.probe_in_subprocess(tmp_path)
+    assert got == {"error": "bench.drift exited with 1: no probe here"}
+
+
 def test_datasets_match_the_issue_at_full_size() -> None:
     sets = datasets.datasets_for(512)
     assert sets["a"].shape == (512,) * 3 and sets["a"].chunks == (64,) * 3
@@ -327,6 +390,7 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
             "--workloads",
             "read_all,write_all,write_partial",
             "--no-rss",
+            "--no-drift",
             "--scratch",
             str(tmp_path / "missing" / "scratch"),
             "--name",
@@ -343,6 +407,7 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["args"]["rounds"] == 3
+    assert doc["args"]["drift"] is False and "drift" not in doc  # --no-drift
     # --scratch names a folder that did not exist: made, written below, left empty.
     assert doc["scratch_dir"] == str(tmp_path / "missing" / "scratch")
     assert list((tmp_path / "missing" / "scratch").iterdir()) == []
@@ -376,6 +441,7 @@ def test_interleaved_rounds_rotate_and_report_medians(tmp_path: Path) -> None:
     own = 1e3 * by_key[("zarr-own", "read_all")]["median_seconds"]
     peer_ms = 1e3 * peer["median_seconds"]
     assert "## zarr's own time (1 thread(s))" in md
+    assert "## The machine over the run" not in md
     assert "| zarr-own |" not in md.split("## Targets")[0]  # no column of no-op speeds
     row = f"| (a) | read_all | {own:.3g} | {peer_ms:.3g} (zarr) | {100 * own / peer_ms:.0f} % |"
     assert row in md
