@@ -272,9 +272,10 @@ def test_the_streaming_rule() -> None:
 
 def test_configure_keeps_zarrs_buffers_for_its_nested_shards(tmp_path: Path) -> None:
     # zarr's sharding codec refuses a buffer prototype other than the configured default
-    # within shards; nested shards fall back to zarr's pipeline, so configure() must leave
-    # zarr's buffer classes as they are (a cache-line-aligned NDBuffer set by configure()
-    # broke these reads: zarr's own test_nested_sharding, session 41).
+    # within shards, so configure() leaves zarr's buffer classes as they are: where cuzarr
+    # falls back to zarr's pipeline for an array of nested shards, zarr's own sharding reads
+    # them (a cache-line-aligned NDBuffer set by configure() broke those reads: zarr's own
+    # test_nested_sharding, session 41, when nested sharding was always left to zarr).
     from zarr.codecs import BytesCodec, ShardingCodec
 
     data = np.arange(32 * 32, dtype="<u2").reshape(32, 32)

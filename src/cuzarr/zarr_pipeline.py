@@ -77,6 +77,21 @@ INLINE_WRITE_MAX_BYTES = 4 * 1024 * 1024
 BatchInfo = tuple[Any, "ZArraySpec", "SelectorTuple", "SelectorTuple", bool]
 
 
+def _with_write_orders(codec: ChunkCodec, zarr_codecs: tuple[Any, ...]) -> ChunkCodec:
+    """``codec`` with the write-time layouts of zarr's sharding codecs, nested ones too.
+
+    zarr's ``ShardingCodec`` carries a layout (``subchunk_write_order``, zarr >= 3.4) that is
+    not stored in metadata; honoured so that shards are byte-identical to zarr's.
+    """
+    sh = codec.sharding
+    if sh is None or len(zarr_codecs) != 1:
+        return codec
+    order = getattr(zarr_codecs[0], "subchunk_write_order", None)
+    inner = _with_write_orders(sh.inner, tuple(getattr(zarr_codecs[0], "codecs", ())))
+    layout = order if order in _WRITE_ORDERS else sh.write_order
+    return replace(codec, array_bytes=replace(sh, inner=inner, write_order=layout))
+
+
 def engine_for_metadata(metadata: Any, settings: Settings) -> ArrayEngine:
     """Build the engine for zarr-python's parsed array metadata.
 
@@ -94,12 +109,8 @@ def engine_for_metadata(metadata: Any, settings: Settings) -> ArrayEngine:
     codec = build_chunk_codec(
         spec, max_chunk_nbytes=settings.max_chunk_nbytes, zstd_encoder=settings.zstd_encoder
     )
-    # zarr's ShardingCodec carries a write-time layout (``subchunk_write_order``, zarr >= 3.4)
-    # that is not stored in metadata; honour it so shards are byte-identical to zarr's.
-    codecs: tuple[Any, ...] = tuple(getattr(metadata, "codecs", ()))
-    order = getattr(codecs[0], "subchunk_write_order", None) if len(codecs) == 1 else None
-    if order in _WRITE_ORDERS and isinstance(codec, ChunkCodec) and codec.sharding is not None:
-        codec = replace(codec, array_bytes=replace(codec.sharding, write_order=order))
+    if isinstance(codec, ChunkCodec):
+        codec = _with_write_orders(codec, tuple(getattr(metadata, "codecs", ())))
     # NumPy buffers: ``auto`` picks its backend by the measured crossover (NumPy results
     # either way); ``gpu`` with NumPy buffers stays on the CPU engine (device buffers reach the
     # GPU backend through ``Pipeline._engine_for``).

@@ -352,3 +352,36 @@ def test_heads_and_tails_come_from_the_open_version(tmp_path, sim):
     assert got[7].host() == blobs[0] and got[9].host() == blobs[1]
     flats = device.decode_chunks(chain, [got[7], got[9]], 1024)
     assert [bytes(cp.asnumpy(f)) for f in flats] == payloads
+
+
+def test_nested_shards_on_the_gpu_backend(tmp_path, sim):
+    # Inner chunks that are shards themselves have no GPU path: the GPU backend decodes them
+    # on its CPU path (results in device memory); writes encode their own inner chunks on
+    # the device, leaving out the empty ones as zarr does: the bytes are zarr's.
+    nested = ShardingCodec(
+        chunk_shape=INNER,
+        codecs=[ShardingCodec(chunk_shape=(4, 4), codecs=[BytesCodec(), ZstdCodec()])],
+    )
+    kw = {
+        "shape": SHAPE, "chunks": SHARD, "dtype": "<i4", "fill_value": 0,
+        "serializer": nested, "compressors": None,
+    }
+    data = _data()
+    data[40:44, 0:4] = 0  # one inner chunk of an inner shard empty, the inner shard not
+    zarr.create_array(tmp_path / "z", **kw)[...] = data
+    zarr.create_array(tmp_path / "g", **kw)
+    cuzarr.reset_stats()
+    sim.reset()
+    g = cuzarr.open(tmp_path / "g", mode="r+", device="gpu")
+    g[...] = cp.asarray(data)
+    g[1:30, 5:6] = cp.asarray(data[1:30, 5:6])  # a partial rewrite of the same values
+    assert _events(sim, "encode") and not cuzarr.stats().get("gpu_cpu_encodes")
+    for key in ("0/0", "0/1", "1/0"):
+        assert (tmp_path / "g" / "c" / key).read_bytes() == (
+            tmp_path / "z" / "c" / key
+        ).read_bytes(), key
+    assert not (tmp_path / "g" / "c" / "1" / "1").exists()
+    got = cuzarr.open(tmp_path / "z", device="gpu")[...]
+    assert isinstance(got, cp.ndarray)
+    np.testing.assert_array_equal(cp.asnumpy(got), data)
+    assert cuzarr.stats()["gpu_cpu_decodes"] > 0

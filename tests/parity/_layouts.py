@@ -91,6 +91,39 @@ LAYOUTS: dict[str, dict[str, Any]] = {
         "chunks": (1, 2, 2, 2, 7),
         "zarr_format": 3,
     },
+    # Shards inside shards (zarr's nested sharding), byte-identical to zarr's: inner shards
+    # leave out their empty inner chunks as zarr's inner pipeline does.
+    "v3-nested-sharded": {
+        "shape": (13, 9),
+        "chunks": (10, 8),
+        "serializer": ShardingCodec(
+            chunk_shape=(5, 4),
+            codecs=[
+                ShardingCodec(
+                    chunk_shape=(5, 2),
+                    codecs=[BytesCodec(), ZstdCodec(level=1)],
+                    index_location="start",
+                    subchunk_write_order="lexicographic",
+                )
+            ],
+        ),
+        "compressors": None,
+        "zarr_format": 3,
+    },
+    "v3-nested-sharded-3d-crc": {
+        "shape": (9, 8, 7),
+        "chunks": (8, 8, 7),
+        "serializer": ShardingCodec(
+            chunk_shape=(4, 4, 7),
+            codecs=[
+                ShardingCodec(chunk_shape=(2, 4, 7), codecs=[BytesCodec(endian="big")]),
+                Crc32cCodec(),
+            ],
+            index_location="start",
+        ),
+        "compressors": None,
+        "zarr_format": 3,
+    },
     "v3-cke-v2-dot": {
         "shape": (13, 9),
         "chunks": (5, 4),

@@ -28,6 +28,8 @@ SELECTION_LAYOUTS = [
     "v3-sharded-index-start",
     "v3-sharded-3d-index-nocrc",
     "v3-sharded-5d-tczyx",
+    "v3-nested-sharded",
+    "v3-nested-sharded-3d-crc",
     "v2-3d-F",
     "v2-2d-F-slash",
 ]
@@ -36,6 +38,7 @@ LOCAL_TOO = {
     "v3-sharded-index-end",
     "v3-sharded-index-start",
     "v3-sharded-3d-index-nocrc",
+    "v3-nested-sharded",
     "v2-3d-F",
 }
 
@@ -73,7 +76,9 @@ def test_selection_parity(layout: str, sel_id: str, store_kind: str, tmp_path: A
     )
 
 
-@pytest.mark.parametrize("layout", ["v3-2d-ragged", "v3-sharded-index-end", "v2-3d-F"])
+@pytest.mark.parametrize(
+    "layout", ["v3-2d-ragged", "v3-sharded-index-end", "v3-nested-sharded", "v2-3d-F"]
+)
 def test_scalar_broadcast_through_every_kind(layout: str, tmp_path: Any) -> None:
     kw = {**LAYOUTS[layout], "dtype": "f8", "fill_value": np.nan}
     sels = selections(kw["shape"], grid(kw))

@@ -104,9 +104,11 @@ class _Builder:
         shape: tuple[int, ...],
         dtype: np.dtype[Any],
         where: str,
+        *,
+        allow_sharding: bool = False,
     ) -> ChunkCodec:
-        """A chain inside a codec (a shard's inner chunks and index): no nested sharding."""
-        return self.v3_chain(codecs, shape, dtype, where, allow_sharding=False)
+        """A chain inside a codec: a shard's inner chunks (which may be shards) or its index."""
+        return self.v3_chain(codecs, shape, dtype, where, allow_sharding=allow_sharding)
 
     def v3_chain(
         self,
@@ -149,7 +151,8 @@ class _Builder:
                 )
             if codec.name == "sharding_indexed" and not allow_sharding:
                 raise UnsupportedError(
-                    f"Array '{path}': nested sharding is left to zarr-python's pipeline"
+                    f"Array '{path}': a sharded shard index ({cw}) is left to zarr-python's "
+                    "pipeline"
                 )
             built = entry.factory(self, codec, cw, cur_shape, cur_dtype)
             if entry.kind == "array_to_array":

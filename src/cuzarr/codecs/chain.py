@@ -10,7 +10,7 @@ whose frames declare their size): one decompression, no intermediate copy.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,6 +237,39 @@ class ChunkCodec:
                 return None
             size = codec.encoded_size(size)
         return size
+
+    @property
+    def nested_sharding(self) -> ShardingCodec | None:
+        """The sharding codec when this chain's chunks are shards of the elements themselves.
+
+        That is, no ``array -> array`` codec before it (``bytes -> bytes`` codecs may follow):
+        the chain's chunks may then be encoded without their empty inner chunks
+        (:meth:`encode_present`). ``None`` otherwise.
+        """
+        if isinstance(self.array_bytes, ShardingCodec) and not self.array_codecs:
+            return self.array_bytes
+        return None
+
+    def encode_present(
+        self,
+        arr: Any,
+        is_empty: Callable[[Any], bool],
+        encode: Callable[[ChunkCodec, Sequence[Any]], Sequence[Buf]],
+    ) -> Buf | None:
+        """Encode a chunk that is a shard without its empty inner chunks (zarr's rule).
+
+        For chains with :attr:`nested_sharding`: that codec's
+        :meth:`~cuzarr.codecs.sharding.format.ShardingCodec.encode_present`, then the
+        ``bytes -> bytes`` codecs. ``None`` when every inner chunk is empty.
+        """
+        sh = self.nested_sharding
+        assert sh is not None
+        data: Buf | None = sh.encode_present(arr, is_empty, encode)
+        if data is None:
+            return None
+        for bcodec in self.bytes_codecs:
+            data = bcodec.encode(data)
+        return data
 
     @property
     def sharding(self) -> ShardingCodec | None:

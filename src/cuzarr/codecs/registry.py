@@ -82,8 +82,13 @@ class Builder(Protocol):
         shape: tuple[int, ...],
         dtype: np.dtype[Any],
         where: str,
+        *,
+        allow_sharding: bool = False,
     ) -> Any:
-        """A compiled (non-sharded) chain, for codecs holding chains (sharding)."""
+        """A compiled chain, for codecs holding chains (a shard's inner chunks and index).
+
+        ``allow_sharding``: whether the chain may itself shard (nested shards).
+        """
         ...
 
 

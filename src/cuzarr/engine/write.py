@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cuzarr.backends.base import EACH, DecodeItem, EncodedGrid
+from cuzarr.backends.base import EACH, Codec, DecodeItem, EncodedGrid
 from cuzarr.backends.pool import parallel_map
 from cuzarr.codecs.base import Buf
+from cuzarr.codecs.chain import ChunkCodec
 from cuzarr.codecs.sharding.format import EMPTY, InnerSources
 from cuzarr.engine.box_writes import box_batching, box_plan, put_whole
 from cuzarr.engine.context import ArrayContext, run_batches, waves
@@ -119,7 +120,8 @@ def write_chunks(
             for i, c in enumerate(chunks)
             if write_empty_chunks or not backend.all_equal(c, ctx.fill)
         ]
-        return dict(zip(keep, backend.encode(codec, [chunks[i] for i in keep]), strict=True))
+        blobs = encode_chunks(ctx, codec, [chunks[i] for i in keep], write_empty_chunks)
+        return {i: b for i, b in zip(keep, blobs, strict=True) if b is not None}
 
     # Stores without conditional puts overwrite whatever was read: local ones take the puts of
     # a batch in one call (``ChunkStore.put_many``).
@@ -336,8 +338,10 @@ def write_shards(
                         for j, c in enumerate(chunks)
                         if write_empty_chunks or not backend.all_equal(c, ctx.fill)
                     ]
-                    blobs = backend.encode(sh.inner, [chunks[j] for j in keep])
-                    encoded = dict(zip(keep, blobs, strict=True))
+                    blobs = encode_chunks(
+                        ctx, sh.inner, [chunks[j] for j in keep], write_empty_chunks
+                    )
+                    encoded = {j: b for j, b in zip(keep, blobs, strict=True) if b is not None}
                     for j, (w, i, _region) in enumerate(batch):
                         blob = encoded.get(j)
                         if blob is None:
@@ -382,6 +386,26 @@ def write_shards(
             if ctx.shards is not None:
                 for req in wave:
                     ctx.shards.forget(req.key)
+
+
+def encode_chunks(
+    ctx: ArrayContext, codec: Codec, chunks: Sequence[Any], write_empty_chunks: bool
+) -> list[Buf | None]:
+    """Encode non-empty chunks with the backend (shards without their empty inner chunks).
+
+    Chains whose chunks are shards (a sharded array's inner chunks that are shards
+    themselves: :attr:`~cuzarr.codecs.chain.ChunkCodec.nested_sharding`) apply zarr's
+    empty-chunk rule inside them too, unless ``write_empty_chunks``; ``None`` for a shard
+    whose inner chunks are all empty.
+    """
+    backend = ctx.backend
+    if write_empty_chunks or not isinstance(codec, ChunkCodec) or codec.nested_sharding is None:
+        return list(backend.encode(codec, chunks))
+
+    def is_empty(part: Any) -> bool:
+        return backend.all_equal(part, ctx.fill)
+
+    return [codec.encode_present(c, is_empty, backend.encode) for c in chunks]
 
 
 def _encode_grid(ctx: ArrayContext, w: _ShardWrite, write_empty: bool, threads: int) -> None:

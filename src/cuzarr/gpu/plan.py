@@ -144,7 +144,9 @@ def classify_chain(codec: ChunkCodec | V2ChunkCodec) -> GpuChain:
         # v2 dtypes are returned in their stored byte order: no swap on decode.
         return GpuChain(compressor=comp, compressor_config=cfg, stored_shape=shape, axes=axes)
     if codec.sharding is not None:
-        return GpuChain(cpu_reason="sharded chains are classified by their inner chain")
+        # The engine classifies a sharded array by its inner chain; a chain that shards is
+        # one whose chunks are shards themselves (nested sharding), split on the CPU.
+        return GpuChain(cpu_reason="chunks that are shards (nested sharding) are split on the CPU")
     encode_axes: tuple[int, ...] | None = None
     for a2a in codec.array_codecs:
         if not isinstance(a2a, TransposeCodec):

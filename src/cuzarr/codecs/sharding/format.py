@@ -9,7 +9,10 @@ Everything that knows this layout is here: where the index is (:meth:`ShardingCo
 its decoding and validation (:meth:`ShardingCodec.decode_index`), a whole shard split into its
 inner chunks' bytes (:meth:`ShardingCodec.split`, :meth:`ShardingCodec.inner_sources`), and a
 shard built from them (:meth:`ShardingCodec.assemble`). How a shard is *read* from a store is
-:mod:`cuzarr.codecs.sharding.reader`. Nested sharding is left to zarr-python's pipeline.
+:mod:`cuzarr.codecs.sharding.reader`. Inner chunks may be shards themselves (nested sharding):
+their chain's array-to-bytes codec is then a :class:`ShardingCodec`, whose whole-shard
+:meth:`ShardingCodec.decode` and :meth:`ShardingCodec.encode` (or
+:meth:`ShardingCodec.encode_present`) the inner chain runs.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -417,6 +420,33 @@ class ShardingCodec:
         assert out is not None
         return out
 
+    def encode_present(
+        self,
+        arr: Any,
+        is_empty: Callable[[Any], bool],
+        encode: Callable[[ChunkCodec, Sequence[Any]], Sequence[Buf]],
+    ) -> npt.NDArray[np.uint8] | None:
+        """Encode a whole shard without the inner chunks ``is_empty`` finds empty.
+
+        zarr's rule for shards nested in shards when ``write_empty_chunks`` is off (its
+        sharding codec writes a shard through an inner pipeline that drops inner chunks equal
+        to the fill value), so the bytes are zarr's. ``encode(chain, parts)`` encodes inner
+        chunks (a backend's ``encode``; ``arr`` is that backend's array); shards nested
+        deeper are encoded the same way. ``None`` when every inner chunk is empty.
+        """
+        flat: list[int] = []
+        parts: list[Any] = []
+        for i, coords in enumerate(self.inner_coords()):
+            part = arr[self._region(coords)]
+            if not is_empty(part):
+                flat.append(i)
+                parts.append(part)
+        if self.inner.nested_sharding is None:
+            blobs: Sequence[Buf | None] = encode(self.inner, parts)
+        else:
+            blobs = [self.inner.encode_present(p, is_empty, encode) for p in parts]
+        return self.assemble({i: b for i, b in zip(flat, blobs, strict=True) if b is not None})
+
     def encoded_size(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> int | None:
         """Shards are variable-size."""
         return None
@@ -454,7 +484,9 @@ def from_v3(
     if "index_codecs" in codec.configuration:
         index_specs = parse_codec_list(r, "index_codecs")
     location = r.choice("index_location", ("start", "end"), "end")
-    inner = b.chain(inner_specs, inner_shape, dtype, f"{where}.configuration.codecs")
+    inner = b.chain(
+        inner_specs, inner_shape, dtype, f"{where}.configuration.codecs", allow_sharding=True
+    )
     index = b.chain(
         index_specs, (*cps, 2), np.dtype(np.uint64), f"{where}.configuration.index_codecs"
     )
