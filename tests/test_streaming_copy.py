@@ -5,7 +5,8 @@ shorter and longer than a cache line, unaligned destinations, negative and eleme
 touch nothing outside the destination, and refuse what it cannot copy. The engine streams
 only chunks of ``STREAM_PLACE_MIN`` bytes or more, only into rows of ``STREAM_ROW_MIN`` bytes
 or more, only into regions spanning ``STREAM_SPAN_MIN`` bytes or more, and only into the
-explicit API's outputs (the caller's or its own, which start on a cache line), not zarr's.
+explicit API's outputs (the caller's or its own, which start on a cache line) and zarr's where
+they are cuzarr's ``AlignedNDBuffer`` (``cuzarr.configure``), not zarr's ``np.empty`` ones.
 """
 
 from __future__ import annotations
@@ -208,9 +209,18 @@ def test_large_outputs_are_streamed(
     del mapped
 
     calls.clear()
-    with use_pipeline("cuzarr"):
+    with use_pipeline("cuzarr"):  # cuzarr.configure: zarr's output is cuzarr's aligned buffer
         z = zarr.open_array(zarr.storage.LocalStore(tmp_path / "a.zarr"), mode="r")
-        np.testing.assert_array_equal(z[...], data)  # into zarr's output: never
+        got = z[...]
+    np.testing.assert_array_equal(got, data)
+    assert got.ctypes.data % cpu_backend.ALIGNMENT == 0
+    assert calls == streamed
+
+    calls.clear()  # only the pipeline set: zarr's own np.empty output, not streamed
+    with zarr.config.set({"codec_pipeline.path": "cuzarr.Pipeline"}):
+        assert zarr.config.get("ndbuffer") == "zarr.buffer.cpu.NDBuffer"
+        z = zarr.open_array(zarr.storage.LocalStore(tmp_path / "a.zarr"), mode="r")
+        np.testing.assert_array_equal(z[...], data)
     assert calls == []
 
 
@@ -270,23 +280,142 @@ def test_the_streaming_rule() -> None:
     assert not cpu_backend.streams(np.zeros(()))
 
 
-def test_configure_keeps_zarrs_buffers_for_its_nested_shards(tmp_path: Path) -> None:
-    # zarr's sharding codec refuses a buffer prototype other than the configured default
-    # within shards, so configure() leaves zarr's buffer classes as they are: where cuzarr
-    # falls back to zarr's pipeline for an array of nested shards, zarr's own sharding reads
-    # them (a cache-line-aligned NDBuffer set by configure() broke those reads: zarr's own
-    # test_nested_sharding, session 41, when nested sharding was always left to zarr).
+def test_configure_switches_zarrs_cpu_buffers_and_restores_them(tmp_path: Path) -> None:
+    import zarr.registry
+
+    from cuzarr.zarr_buffers import ALIGNED_MIN_BYTES, ALIGNED_NDBUFFER, AlignedNDBuffer
+
+    default = "zarr.buffer.cpu.NDBuffer"
+    assert zarr.config.get("ndbuffer") == default
+    data = _source((3, 700, 1100), "<u2", seed=9)  # 4.6 MB: aligned whole, not in part
+    assert data.nbytes >= ALIGNED_MIN_BYTES > data[0].nbytes
+    z = zarr.create_array(
+        zarr.storage.LocalStore(tmp_path / "b.zarr"), shape=data.shape, chunks=(2, 320, 320),
+        dtype="<u2", fill_value=0,
+    )
+    z[...] = data
+    with cuzarr.configure(strict=True):
+        assert zarr.config.get("ndbuffer") == ALIGNED_NDBUFFER
+        assert zarr.registry.get_ndbuffer_class() is AlignedNDBuffer
+        with cuzarr.configure(threads=1):  # nested: unchanged, and back to it after
+            assert zarr.config.get("ndbuffer") == ALIGNED_NDBUFFER
+        assert zarr.config.get("ndbuffer") == ALIGNED_NDBUFFER
+        a = zarr.open_array(zarr.storage.LocalStore(tmp_path / "b.zarr"), mode="r")
+        whole = a[...]
+        np.testing.assert_array_equal(whole, data)
+        assert whole.ctypes.data % cpu_backend.ALIGNMENT == 0
+        assert not whole.flags.owndata  # a view into a larger allocation
+        for sel in [(1, slice(3, 600), slice(None, None, 7)), (slice(None), 5)]:
+            got = a[sel]  # small outputs: zarr's own arrays
+            np.testing.assert_array_equal(got, data[sel])
+            assert got.flags.owndata
+        np.testing.assert_array_equal(a.oindex[[0, 2], :, [1, 49]], data[[0, 2]][:, :, [1, 49]])
+    assert zarr.config.get("ndbuffer") == default  # restored on exit
+    # A user's own buffer class is left alone.
+    with zarr.config.set({"ndbuffer": "some.other.NDBuffer"}), cuzarr.configure():
+        assert zarr.config.get("ndbuffer") == "some.other.NDBuffer"
+
+
+@pytest.mark.parametrize("dtype", ["<u2", ">f8", "M8[s]", "<m8[2ms]", "S3", "U2", "O", "T"])
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("rows", [5, 6000])
+def test_aligned_buffers_match_zarrs(dtype: str, order: str, rows: int) -> None:
+    from zarr.buffer.cpu import NDBuffer
+
+    from cuzarr.zarr_buffers import ALIGNED_MIN_BYTES, AlignedNDBuffer
+
+    dt = np.dtypes.StringDType() if dtype == "T" else np.dtype(dtype)
+    ours = AlignedNDBuffer.empty((rows, 200), dt, order).as_numpy_array()
+    theirs = NDBuffer.empty((rows, 200), dt, order).as_numpy_array()
+    assert (ours.shape, ours.dtype, ours.strides) == (theirs.shape, theirs.dtype, theirs.strides)
+    assert ours.flags.writeable and ours.flags.c_contiguous == (order == "C")
+    large = ours.nbytes >= ALIGNED_MIN_BYTES
+    assert large == (rows == 6000 and dt.itemsize >= 4)
+    if large and order == "C" and dt.kind in "uifSU":
+        assert ours.ctypes.data % cpu_backend.ALIGNMENT == 0
+    else:
+        assert ours.flags.owndata == theirs.flags.owndata  # zarr's own array
+
+
+def test_zarrs_environment_selects_the_aligned_buffer(tmp_path: Path) -> None:
+    # The entry point (group zarr.ndbuffer) lets ZARR_NDBUFFER name the class in a fresh
+    # process, as worker processes configured by environment get it.
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "ZARR_NDBUFFER": "cuzarr.zarr_buffers.AlignedNDBuffer",
+        "ZARR_CODEC_PIPELINE__PATH": "cuzarr.Pipeline",
+    }
+    path = str(tmp_path / "e.zarr")
+    code = (
+        "import numpy as np, zarr\n"
+        f"z = zarr.create_array({path!r}, shape=(1024, 1024), chunks=(256, 256), dtype='<u4')\n"
+        "z[...] = np.arange(1024 * 1024, dtype='<u4').reshape(1024, 1024)\n"
+        f"got = zarr.open_array({path!r}, mode='r')[...]\n"
+        "assert (got == np.arange(1024 * 1024).reshape(1024, 1024)).all()\n"
+        "print(zarr.registry.get_ndbuffer_class().__name__, got.ctypes.data % 64)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["AlignedNDBuffer", "0"]
+
+
+def test_nested_shards_under_the_aligned_buffer(tmp_path: Path) -> None:
+    # Nested shards are the engine's: zarr's sharding (which compares prototypes within
+    # shards) does not run, and large reads land aligned.
     from zarr.codecs import BytesCodec, ShardingCodec
 
-    data = np.arange(32 * 32, dtype="<u2").reshape(32, 32)
-    inner = ShardingCodec(chunk_shape=(4, 4), codecs=[BytesCodec()])
-    before = {k: zarr.config.get(k) for k in ("buffer", "ndbuffer")}
-    with cuzarr.configure(strict=False):
-        assert {k: zarr.config.get(k) for k in before} == before
-        z = zarr.create(
-            store=str(tmp_path / "n.zarr"), shape=data.shape, chunks=(16, 16), dtype="<u2",
-            zarr_format=3, codecs=[ShardingCodec(chunk_shape=(8, 8), codecs=[inner])],
+    data = _source((1024, 2048), "<u2", seed=4)
+    inner = ShardingCodec(chunk_shape=(64, 64), codecs=[BytesCodec()])
+    with cuzarr.configure(strict=True):
+        z = zarr.create_array(
+            str(tmp_path / "n.zarr"), shape=data.shape, chunks=(512, 1024), dtype="<u2",
+            serializer=ShardingCodec(chunk_shape=(128, 256), codecs=[inner]), compressors=None,
         )
         z[...] = data
-        np.testing.assert_array_equal(z[...], data)
-        np.testing.assert_array_equal(z.oindex[[1, 30], 3:29:5], data[[1, 30]][:, 3:29:5])
+        got = z[...]
+        np.testing.assert_array_equal(got, data)
+        assert got.ctypes.data % cpu_backend.ALIGNMENT == 0
+        np.testing.assert_array_equal(z.oindex[[1, 900], 3:2000:5], data[[1, 900]][:, 3:2000:5])
+
+
+def test_nested_shards_left_to_zarr_under_the_aligned_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An array cuzarr leaves to zarr (strings) in nested shards: zarr's sharding asks its
+    # in-shard byte getters for a nested shard's index with its fixed CPU prototype, which
+    # they refuse once zarr's ndbuffer is another class; cuzarr's fallback hands them the
+    # configured one (_zarr_compat.in_shard_batch), so reads and writes work as with zarr's
+    # own buffers.
+    from zarr.codecs import ShardingCodec, VLenUTF8Codec
+
+    from cuzarr import _zarr_compat
+
+    data = np.array([f"s{i}" * (i % 4) for i in range(64)], dtype=object).reshape(8, 8)
+    nested = ShardingCodec(
+        chunk_shape=(4, 4), codecs=[ShardingCodec(chunk_shape=(2, 2), codecs=[VLenUTF8Codec()])]
+    )
+
+    def run(name: str) -> None:
+        z = zarr.create_array(
+            str(tmp_path / name), shape=(8, 8), dtype=str, chunks=(8, 8), serializer=nested,
+            compressors=None,
+        )
+        z[...] = data
+        z[1:3, 2:7] = "x"
+        want = data.copy()
+        want[1:3, 2:7] = "x"
+        np.testing.assert_array_equal(z[1:6, 3:5], want[1:6, 3:5])  # partial: the index read
+        np.testing.assert_array_equal(z[...], want)
+
+    with cuzarr.configure():
+        assert zarr.config.get("ndbuffer") == "cuzarr.zarr_buffers.AlignedNDBuffer"
+        run("s.zarr")
+        # Without the wrapper zarr's own check refuses: what the wrapper is for.
+        monkeypatch.setattr(_zarr_compat, "in_shard_batch", lambda batch: batch)
+        with pytest.raises(ValueError, match="Non-default buffer prototypes"):
+            run("t.zarr")

@@ -209,6 +209,79 @@ def default_pipeline(metadata: Any) -> Any:
     raise UnsupportedError(f"unknown metadata type {type(metadata).__name__}")
 
 
+class InShardBytes:
+    """One of zarr's in-shard byte getters (or setters), its prototype checked as zarr means it.
+
+    zarr's sharding codec hands the inner chunks of a shard to an inner pipeline through
+    ``_ShardingByteGetter``/``_ShardingByteSetter``, which refuse any buffer prototype but the
+    configured default; yet for a nested shard's index it asks them with its own fixed CPU
+    prototype (``numpy_buffer_prototype()``), which differs from the default once zarr's
+    ``ndbuffer`` is another class (cuzarr's ``AlignedNDBuffer``): zarr 3.4's nested shards then
+    fail with "Non-default buffer prototypes are not supported within shards". Byte getters
+    return ``Buffer`` objects only, so a prototype whose ``buffer`` class is the default's asks
+    for exactly what the default does: this wrapper passes the default instead, and any other
+    prototype unchanged (refused as zarr refuses it). Everything else is the wrapped getter's.
+    """
+
+    __slots__ = ("_default", "_inner")
+
+    def __init__(self, inner: Any, default: Any) -> None:
+        self._inner = inner
+        self._default = default
+
+    def _prototype(self, prototype: Any) -> Any:
+        if prototype is not None and prototype.buffer is self._default.buffer:
+            return self._default
+        return prototype
+
+    async def get(self, prototype: Any, byte_range: Any = None) -> Any:
+        """The wrapped getter's ``get``."""
+        return await self._inner.get(self._prototype(prototype), byte_range)
+
+    def get_sync(self, prototype: Any = None, byte_range: Any = None) -> Any:
+        """The wrapped getter's ``get_sync``."""
+        return self._inner.get_sync(self._prototype(prototype), byte_range)
+
+    async def set(self, value: Any, byte_range: Any = None) -> None:
+        """The wrapped setter's ``set``."""
+        await self._inner.set(value, byte_range)
+
+    def set_sync(self, value: Any) -> None:
+        """The wrapped setter's ``set_sync``."""
+        self._inner.set_sync(value)
+
+    async def delete(self) -> None:
+        """The wrapped setter's ``delete``."""
+        await self._inner.delete()
+
+    def delete_sync(self) -> None:
+        """The wrapped setter's ``delete_sync``."""
+        self._inner.delete_sync()
+
+    async def set_if_not_exists(self, default: Any) -> None:
+        """The wrapped setter's ``set_if_not_exists``."""
+        await self._inner.set_if_not_exists(default)
+
+
+def in_shard_batch(batch: list[Any]) -> list[Any]:
+    """A pipeline batch whose zarr in-shard byte getters take zarr's own CPU prototype.
+
+    The batch as it is unless its getters are zarr's in-shard ones (an inner pipeline of
+    zarr's sharding codec) while zarr's configured buffers differ from its fixed CPU
+    prototype; then each getter is wrapped in :class:`InShardBytes`.
+    """
+    from zarr.codecs.sharding import _ShardingByteGetter
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.buffer.cpu import numpy_buffer_prototype
+
+    if not batch or not isinstance(batch[0][0], _ShardingByteGetter):
+        return batch
+    default = default_buffer_prototype()
+    if default == numpy_buffer_prototype():
+        return batch
+    return [(InShardBytes(item[0], default), *item[1:]) for item in batch]
+
+
 def default_pipeline_from_codecs(codecs: Any) -> Any:
     """zarr's ``BatchedCodecPipeline`` from a codec list."""
     from zarr.core.codec_pipeline import BatchedCodecPipeline

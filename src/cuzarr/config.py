@@ -214,6 +214,12 @@ def _set_settings(settings: Settings | None) -> None:
 #: zarr's configuration for GPU buffers (what ``zarr.config.enable_gpu()`` sets), and the defaults.
 _ZARR_GPU_BUFFERS = {"buffer": "zarr.buffer.gpu.Buffer", "ndbuffer": "zarr.buffer.gpu.NDBuffer"}
 _ZARR_CPU_BUFFERS = {"buffer": "zarr.buffer.cpu.Buffer", "ndbuffer": "zarr.buffer.cpu.NDBuffer"}
+#: What :class:`configure` sets for NumPy results: zarr's CPU buffers, reads' outputs on a
+#: cache line (:class:`cuzarr.zarr_buffers.AlignedNDBuffer`).
+_CUZARR_CPU_BUFFERS = {
+    "buffer": "zarr.buffer.cpu.Buffer",
+    "ndbuffer": "cuzarr.zarr_buffers.AlignedNDBuffer",
+}
 
 
 def zarr_gpu_buffers_for(settings: Settings) -> str | None:
@@ -229,7 +235,10 @@ def zarr_gpu_buffers_for(settings: Settings) -> str | None:
         return None
     import zarr
 
-    if {k: zarr.config.get(k) for k in _ZARR_CPU_BUFFERS} != _ZARR_CPU_BUFFERS:
+    if {k: zarr.config.get(k) for k in _ZARR_CPU_BUFFERS} not in (
+        _ZARR_CPU_BUFFERS,
+        _CUZARR_CPU_BUFFERS,
+    ):
         return None
     status = gpu_status()
     if status is not None:
@@ -243,7 +252,11 @@ class configure:
     """Route every zarr-python read and write through cuzarr.
 
     Sets zarr's ``codec_pipeline.path`` to ``cuzarr.Pipeline`` and updates cuzarr's settings.
-    Works as a plain call (the change stays) or as a context manager (restored on exit).
+    Where zarr uses its default CPU buffers (or its GPU ones and ``device="cpu"``), it also
+    sets zarr's ``ndbuffer`` to :class:`cuzarr.zarr_buffers.AlignedNDBuffer`: zarr's own, with
+    the outputs of reads of 4 MiB or more on a cache line, which the pipeline fills with
+    streaming stores where they pay. Works as a plain call (the change stays) or as a context
+    manager (restored on exit).
 
     Parameters
     ----------
@@ -301,8 +314,15 @@ class configure:
             # zarr's buffer prototype decides what zarr returns: CuPy arrays, as kvikio's
             # zarr.config.enable_gpu() does; cuzarr's pipeline then decodes on the GPU.
             zarr.config.set(_ZARR_GPU_BUFFERS)
-        elif new.device is Device.CPU and self._previous_buffers == _ZARR_GPU_BUFFERS:
-            zarr.config.set(_ZARR_CPU_BUFFERS)
+        elif self._previous_buffers == _ZARR_CPU_BUFFERS or (
+            new.device is Device.CPU and self._previous_buffers == _ZARR_GPU_BUFFERS
+        ):
+            from zarr.registry import register_ndbuffer
+
+            from cuzarr.zarr_buffers import AlignedNDBuffer
+
+            register_ndbuffer(AlignedNDBuffer)
+            zarr.config.set(_CUZARR_CPU_BUFFERS)
         self.settings = new
 
     def __enter__(self) -> Self:

@@ -35,6 +35,7 @@ from cuzarr.errors import UnsupportedError
 from cuzarr.metadata import parse_v2, parse_v3
 from cuzarr.stores import from_zarr_store, track_zarr_loop
 from cuzarr.stores.base import Coalescing, StoreCaps
+from cuzarr.zarr_buffers import AlignedNDBuffer
 
 if TYPE_CHECKING:
     from zarr.abc.codec import Codec, GetResult
@@ -335,7 +336,7 @@ class Pipeline(CodecPipeline):
         routed = picked if isinstance(picked, str) else self._route(batch, picked[0])
         if isinstance(routed, str):
             self._fallback_or_raise(routed, "read")
-            return await self.fallback.read(batch, out, drop_axes)
+            return await self.fallback.read(compat.in_shard_batch(batch), out, drop_axes)
         assert not isinstance(picked, str)
         engine, out_array = picked
         store, requests = routed
@@ -345,8 +346,10 @@ class Pipeline(CodecPipeline):
         coalescing = None
         if engine.sharding is not None:
             coalescing = Coalescing(*compat.sharding_coalescing(batch[0][1]))
-        # zarr's output buffers are new memory 16 bytes past a cache line: streaming stores
-        # into them read (h) and (i) up to 10 % slower (bench/results/probe-512-session41.md).
+        # Large chunks go into zarr's output with streaming stores only where it is cuzarr's
+        # buffer (configure()'s AlignedNDBuffer: new memory on a cache line, as the explicit
+        # API's own outputs); zarr's np.empty arrays start 16 bytes past a line, where
+        # streaming read (h) and (i) up to 10 % slower (bench/results/probe-512-session41.md).
         call = functools.partial(
             engine.read,
             chunk_store,
@@ -354,7 +357,7 @@ class Pipeline(CodecPipeline):
             out_array,
             tuple(drop_axes),
             coalescing=coalescing,
-            stream=False,
+            stream=isinstance(out, AlignedNDBuffer),
         )
         if _inline_read(engine, chunk_store.caps, requests):
             present = call()
@@ -376,7 +379,7 @@ class Pipeline(CodecPipeline):
         routed = picked if isinstance(picked, str) else self._route(batch, picked[0])
         if isinstance(routed, str):
             self._fallback_or_raise(routed, "write")
-            await self.fallback.write(batch, value, drop_axes)
+            await self.fallback.write(compat.in_shard_batch(batch), value, drop_axes)
             return
         assert not isinstance(picked, str)
         engine, value_array = picked
