@@ -27,6 +27,7 @@ from cuzarr.backends.probe import gpu_status
 from cuzarr.backends.select import backend_for
 from cuzarr.codecs.build import build_chunk_codec
 from cuzarr.codecs.chain import ChunkCodec
+from cuzarr.codecs.sharding.format import ShardingCodec
 from cuzarr.config import Device, Settings, get_settings, zarr_gpu_buffers_for
 from cuzarr.engine import ArrayEngine
 from cuzarr.engine.requests import ChunkRequest, new_request
@@ -84,11 +85,12 @@ def _with_write_orders(codec: ChunkCodec, zarr_codecs: tuple[Any, ...]) -> Chunk
     zarr's ``ShardingCodec`` carries a layout (``subchunk_write_order``, zarr >= 3.4) that is
     not stored in metadata; honoured so that shards are byte-identical to zarr's.
     """
-    sh = codec.sharding
-    if sh is None or len(zarr_codecs) != 1:
+    sh = codec.array_bytes
+    at = len(codec.array_codecs)  # zarr's list is in the same order: its array-to-bytes codec
+    if not isinstance(sh, ShardingCodec) or len(zarr_codecs) <= at:
         return codec
-    order = getattr(zarr_codecs[0], "subchunk_write_order", None)
-    inner = _with_write_orders(sh.inner, tuple(getattr(zarr_codecs[0], "codecs", ())))
+    order = getattr(zarr_codecs[at], "subchunk_write_order", None)
+    inner = _with_write_orders(sh.inner, tuple(getattr(zarr_codecs[at], "codecs", ())))
     layout = order if order in _WRITE_ORDERS else sh.write_order
     return replace(codec, array_bytes=replace(sh, inner=inner, write_order=layout))
 

@@ -116,7 +116,11 @@ LAYOUTS: dict[str, dict[str, Any]] = {
         "serializer": ShardingCodec(
             chunk_shape=(4, 4, 7),
             codecs=[
-                ShardingCodec(chunk_shape=(2, 4, 7), codecs=[BytesCodec(endian="big")]),
+                ShardingCodec(
+                    chunk_shape=(2, 2, 7),
+                    codecs=[BytesCodec(endian="big")],
+                    subchunk_write_order="lexicographic",
+                ),
                 Crc32cCodec(),
             ],
             index_location="start",
