@@ -180,3 +180,47 @@ def test_sharded_shard_index_is_left_to_zarr() -> None:
     assert "sharded shard index" in message
     assert "codecs[0].configuration.index_codecs[0]" in message
     assert "'grp/a'" in message
+
+
+def _boxes(shape: tuple[int, int], step: int, size: int) -> list[tuple[slice, slice]]:
+    return [
+        (slice(i, i + size), slice(j, j + size))
+        for i in range(0, shape[0] - size + 1, step)
+        for j in range(0, shape[1] - size + 1, step)
+    ]
+
+
+@pytest.mark.parametrize("levels", [2, 3])
+def test_small_reads_decode_only_the_inner_chunks_they_touch(tmp_path: Path, levels: int) -> None:
+    # A box inside one inner chunk that is a shard is decoded from the inner chunks it
+    # touches (as zarr reads nested shards in part): boxes at every offset read right, and
+    # a corrupt innermost chunk spoils only the reads that touch it, named by its shard.
+    path = tmp_path / "p.zarr"
+    data = np.arange(16 * 16, dtype="<i2").reshape(16, 16)
+    data[8:12, 0:4] = 0  # empty innermost chunks: fill values
+    z = zarr.create_array(
+        str(path), shape=(16, 16), dtype="<i2", chunks=(8, 8), fill_value=0,
+        serializer=_nested(levels), compressors=None,
+    )
+    z[...] = data
+    api = cuzarr.open(str(path))
+    with cuzarr.configure(strict=True):
+        zz = zarr.open_array(str(path), mode="r")
+        for box in _boxes((16, 16), 1, 3) + _boxes((16, 16), 2, 1):
+            np.testing.assert_array_equal(zz[box], data[box], err_msg=str(box))
+            np.testing.assert_array_equal(api[box], data[box], err_msg=str(box))
+    # Corrupt the zstd frame of innermost chunk (0, 0) (elements [0, 0:2]): its first bytes.
+    shard = path / "c" / "0" / "0"
+    raw = bytearray(shard.read_bytes())
+    frame = bytes(raw).find(b"\x28\xb5\x2f\xfd")  # the first zstd frame of the shard
+    assert frame >= 0
+    raw[frame : frame + 4] = b"\x00\x00\x00\x00"
+    shard.write_bytes(bytes(raw))
+    with cuzarr.configure(strict=True):
+        zz = zarr.open_array(str(path), mode="r")
+        np.testing.assert_array_equal(zz[1:2, 0:2], data[1:2, 0:2])  # same inner shard
+        np.testing.assert_array_equal(api[1:2, 0:2], data[1:2, 0:2])
+        for reader in (zz, api):
+            with pytest.raises(CorruptChunkError) as info:
+                reader[0:1, 0:3]
+            assert "c/0/0" in str(info.value)

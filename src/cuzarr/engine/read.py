@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cuzarr.backends.base import Batching, DecodeItem, InnerGrid
+from cuzarr.backends.base import Batching, DecodeItem, InnerGrid, reraise_decode
 from cuzarr.backends.pool import parallel_map
 from cuzarr.codecs.base import Buf
 from cuzarr.codecs.sharding.reader import BackendReads, ShardBytes
@@ -409,6 +409,15 @@ def _one_inner_chunk(
         return found is not None
     sel = req.out_selection
     whole = all(p.start == 0 and p.stop == c for p, c in zip(local, inner, strict=True))
+    nested = sh.inner.nested_sharding
+    if not whole and nested is not None and ctx.backend.name == "cpu":
+        # An inner chunk that is a shard: only its inner chunks the box touches (zarr reads
+        # nested shards in part too); on the CPU, where its bytes are host memory.
+        try:
+            out[sel] = nested.decode_box(sh.inner.decode_bytes(src), tuple(local), sh.inner.dtype)
+        except Exception as exc:
+            reraise_decode(ctx.where(req.key, tuple(block)), exc)
+        return True
     dest = region_view(out, sel, inner) if whole else None
     item = DecodeItem(src, dest, req.key, tuple(block))
     chunk = ctx.backend.decode(sh.inner, [item], ctx.where)[0]

@@ -411,6 +411,52 @@ class ShardingCodec:
                 self.inner.decode_into(src, out[self._region(coords)])
         return out
 
+    def decode_box(
+        self, data: Buf, box: tuple[slice, ...], dtype: np.dtype[Any]
+    ) -> npt.NDArray[Any]:
+        """Decode the part ``box`` of a whole shard: only the inner chunks it touches.
+
+        ``box`` holds one slice of step 1 per dimension, inside the shard. The same values as
+        ``decode(data, ...)[box]``; inner chunks that are shards themselves are decoded in part
+        the same way.
+        """
+        u8, table = self.split(data)
+        shape = tuple(s.stop - s.start for s in box)
+        out = np.empty(shape, dtype=dtype)
+        ranges = [
+            range(s.start // c, (s.stop - 1) // c + 1) if s.stop > s.start else range(0)
+            for s, c in zip(box, self.chunk_shape, strict=True)
+        ]
+        offsets: list[int] = table[:, 0].tolist()
+        lengths: list[int] = table[:, 1].tolist()
+        nested = self.inner.nested_sharding
+        for coords in itertools.product(*ranges):
+            flat = 0
+            for c, per in zip(coords, self.chunks_per_shard, strict=True):
+                flat = flat * per + c
+            # The part of this inner chunk inside the box, in the chunk and in ``out``.
+            local = []
+            dest = []
+            for c, n, s in zip(coords, self.chunk_shape, box, strict=True):
+                lo, hi = max(s.start, c * n), min(s.stop, (c + 1) * n)
+                local.append(slice(lo - c * n, hi - c * n))
+                dest.append(slice(lo - s.start, hi - s.start))
+            target = out[tuple(dest)]
+            off = offsets[flat]
+            if off == _EMPTY_INT:
+                target[...] = self.fill_value
+                continue
+            src = u8[off : off + lengths[flat]]
+            part = tuple(local)
+            shape_ = self.chunk_shape
+            if all(p.start == 0 and p.stop == n for p, n in zip(part, shape_, strict=True)):
+                self.inner.decode_into(src, target)
+            elif nested is not None:
+                target[...] = nested.decode_box(self.inner.decode_bytes(src), part, dtype)
+            else:
+                target[...] = self.inner.decode(src)[part]
+        return out
+
     def encode(self, arr: npt.NDArray[Any]) -> Buf:
         """Encode a whole shard, storing every inner chunk (``write_empty_chunks=True``)."""
         encoded = {
