@@ -400,16 +400,7 @@ class ShardingCodec:
 
     def decode(self, data: Buf, shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
         """Decode a whole shard to an array (empty inner chunks read as the fill value)."""
-        u8, table = self.split(data)
-        sources = self.inner_sources(u8, table, range(self.n_inner))
-        out = np.empty(shape, dtype=dtype)
-        for i, coords in enumerate(self.inner_coords()):
-            src = sources.get(i)
-            if src is None:
-                out[self._region(coords)] = self.fill_value
-            else:
-                self.inner.decode_into(src, out[self._region(coords)])
-        return out
+        return self.decode_box(data, tuple(slice(0, n) for n in shape), dtype)
 
     def decode_box(
         self, data: Buf, box: tuple[slice, ...], dtype: np.dtype[Any]
@@ -448,8 +439,7 @@ class ShardingCodec:
                 continue
             src = u8[off : off + lengths[flat]]
             part = tuple(local)
-            shape_ = self.chunk_shape
-            if all(p.start == 0 and p.stop == n for p, n in zip(part, shape_, strict=True)):
+            if target.shape == self.chunk_shape:  # the whole inner chunk
                 self.inner.decode_into(src, target)
             elif nested is not None:
                 target[...] = nested.decode_box(self.inner.decode_bytes(src), part, dtype)
