@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,12 @@ from zarr.storage import LocalStore, MemoryStore
 
 import cuzarr
 from cuzarr.engine import ArrayEngine
-from cuzarr.zarr_pipeline import INLINE_READ_MAX_BYTES, INLINE_WRITE_MAX_BYTES
+from cuzarr.zarr_pipeline import (
+    _TASK_SETS,
+    INLINE_READ_MAX_BYTES,
+    INLINE_WRITE_MAX_BYTES,
+    _tasks_bound,
+)
 
 
 @pytest.fixture
@@ -268,3 +274,22 @@ def test_zarr_async_api_on_the_callers_loop_hops(
     assert write_hops == [1]
     want[0:4, 0:4] = 1
     np.testing.assert_array_equal(_zarr_default(store), want)
+
+
+def test_the_task_count_bounds_the_tasks_of_the_loop() -> None:
+    """The cheap count the inline check starts with is never below ``asyncio.all_tasks``'s
+    count for the running loop (where it is one or less, work runs on the loop)."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert _tasks_bound() >= len(asyncio.all_tasks(loop)) == 1
+        others = [asyncio.ensure_future(asyncio.sleep(10)) for _ in range(3)]
+        await asyncio.sleep(0)
+        assert _tasks_bound() >= len(asyncio.all_tasks(loop)) == 4
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+
+    asyncio.run(main())
+    if sys.version_info[:2] in ((3, 12), (3, 13)):  # the Pythons whose registries it counts
+        assert len(_TASK_SETS) == 2

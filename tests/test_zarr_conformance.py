@@ -304,8 +304,16 @@ def test_fast_paths_only_for_stores_that_behave_exactly_as_zarrs(
     async def patched(self: Any, key: str, prototype: Any, byte_range: Any = None) -> Any:
         return None
 
+    # Verdicts are cached per class pair: a patch made after one was given is seen at once,
+    # on the subclass and on zarr's class, and undoing it restores the fast path.
+    with monkeypatch.context() as m:
+        m.setattr(Plain, "set", patched)
+        assert isinstance(from_zarr_store(Plain(tmp_path)), ZarrChunkStore)
+        assert isinstance(from_zarr_store(LocalStore(tmp_path)), LocalChunkStore)
+    assert isinstance(from_zarr_store(Plain(tmp_path)), LocalChunkStore)
     monkeypatch.setattr(LocalStore, "get", patched)
     assert isinstance(from_zarr_store(LocalStore(tmp_path)), ZarrChunkStore)
+    assert isinstance(from_zarr_store(Plain(tmp_path)), ZarrChunkStore)
 
 
 def test_a_patched_local_store_get_is_honoured(
