@@ -224,3 +224,84 @@ def test_small_reads_decode_only_the_inner_chunks_they_touch(tmp_path: Path, lev
             with pytest.raises(CorruptChunkError) as info:
                 reader[0:1, 0:3]
             assert "c/0/0" in str(info.value)
+
+
+def _selections() -> list[tuple[str, Any]]:
+    """Reads across several inner shards, each needed in part: boxes, steps, lists, masks,
+    points (zarr's orthogonal and coordinate indexers), and boxes that drop an axis."""
+    mask = np.zeros(16, bool)
+    mask[[1, 2, 9]] = True
+    return [
+        *(("box", box) for box in _boxes((16, 16), 3, 5)),
+        ("box", (slice(1, 15), slice(3, 4))),
+        ("box", (5, slice(1, 11))),
+        ("box", (slice(3, 13), 6)),
+        ("steps", (slice(1, 16, 3), slice(0, 16, 5))),
+        ("orthogonal", ([1, 2, 13], slice(3, 10))),
+        ("orthogonal", (mask, [0, 5, 6, 15])),
+        ("points", ([1, 5, 6, 14], [2, 9, 3, 14])),
+    ]
+
+
+def _read(reader: Any, kind: str, sel: Any) -> Any:
+    if kind == "orthogonal":
+        return reader.get_orthogonal_selection(sel)
+    if kind == "points":
+        return reader.get_coordinate_selection(sel)
+    return reader[sel]
+
+
+def _want(data: Any, kind: str, sel: Any) -> Any:
+    if kind == "orthogonal":
+        return data[np.ix_(*(np.flatnonzero(s) if isinstance(s, np.ndarray) else
+                             np.arange(16)[s] for s in sel))]  # fmt: skip
+    if kind == "points":
+        return data[sel]
+    return data[sel]
+
+
+@pytest.mark.parametrize("levels", [2, 3])
+def test_reads_across_inner_shards_decode_only_what_they_need(
+    tmp_path: Path, levels: int
+) -> None:
+    # Reads that need part of several inner chunks that are shards (the general sharded read)
+    # decode only the innermost chunks inside the selection's bounds of each: every kind of
+    # selection reads right, and a corrupt innermost chunk spoils only the reads whose bounds
+    # reach it (a box across four inner shards that stays off it reads right, which fails
+    # when inner shards are decoded whole).
+    path = tmp_path / "q.zarr"
+    data = np.arange(16 * 16, dtype="<i2").reshape(16, 16)
+    data[8:12, 0:4] = 0  # empty innermost chunks: fill values
+    z = zarr.create_array(
+        str(path), shape=(16, 16), dtype="<i2", chunks=(8, 8), fill_value=0,
+        serializer=_nested(levels), compressors=None,
+    )  # fmt: skip
+    z[...] = data
+    api = cuzarr.open(str(path))
+    with cuzarr.configure(strict=True):
+        zz = zarr.open_array(str(path), mode="r")
+        for kind, sel in _selections():
+            want = _want(data, kind, sel)
+            np.testing.assert_array_equal(_read(zz, kind, sel), want, err_msg=f"{kind} {sel}")
+            if kind == "points":
+                np.testing.assert_array_equal(api.vindex[sel], want, err_msg=str(sel))
+            elif kind == "orthogonal":
+                np.testing.assert_array_equal(api.oindex[sel], want, err_msg=str(sel))
+            else:
+                np.testing.assert_array_equal(api[sel], want, err_msg=f"{kind} {sel}")
+    # Corrupt innermost chunk (0, 0) (elements [0, 0:2]), the first zstd frame of the shard.
+    shard = path / "c" / "0" / "0"
+    raw = bytearray(shard.read_bytes())
+    frame = bytes(raw).find(b"\x28\xb5\x2f\xfd")
+    assert frame >= 0
+    raw[frame : frame + 4] = b"\x00\x00\x00\x00"
+    shard.write_bytes(bytes(raw))
+    beside = (slice(1, 3), slice(1, 3))  # part of four inner shards, not chunk (0, 0)
+    with cuzarr.configure(strict=True):
+        zz = zarr.open_array(str(path), mode="r")
+        for reader in (zz, api):
+            np.testing.assert_array_equal(reader[beside], data[beside])
+            np.testing.assert_array_equal(reader[1:6, 0:7], data[1:6, 0:7])
+            with pytest.raises(CorruptChunkError) as info:
+                reader[0:3, 1:3]
+            assert "c/0/0" in str(info.value)

@@ -37,7 +37,15 @@ from cuzarr.codecs.base import Buf
 from cuzarr.codecs.sharding.reader import BackendReads, ShardBytes
 from cuzarr.engine.context import ArrayContext, run_batches, waves
 from cuzarr.engine.requests import ChunkRequest
-from cuzarr.engine.selection import flat_indexes, is_full, iter_blocks, needed_blocks, rebase
+from cuzarr.engine.selection import (
+    Box,
+    flat_indexes,
+    is_full,
+    iter_blocks,
+    needed_blocks,
+    rebase,
+    selection_bounds,
+)
 from cuzarr.errors import CorruptChunkError
 from cuzarr.stores import io_threads
 from cuzarr.stores.base import BufferPool, ChunkStore, Coalescing
@@ -287,6 +295,11 @@ class _ShardItem:
     origin: tuple[int, ...] = ()
 
 
+#: An inner chunk that is a shard, decoded in part: the item, the inner chunk's coordinates,
+#: its stored bytes, and the part of it needed (slices within the inner chunk).
+_Part = tuple[_ShardItem, tuple[int, ...], Any, tuple[slice, ...]]
+
+
 def read_shards(
     ctx: ArrayContext,
     store: ChunkStore,
@@ -315,6 +328,10 @@ def read_shards(
     n = ctx.settings.n_threads
     backend = ctx.backend
     reads = backend.range_reads(store, sh.inner)
+    # Inner chunks that are shards themselves are decoded in part where the selection needs
+    # part of them (zarr reads nested shards in part too); on the CPU, where their bytes are
+    # host memory.
+    nested = sh.inner.nested_sharding if backend.name == "cpu" else None
     for wave in waves(list(groups), ctx.per_wave(ctx.codec.nbytes)):
 
         def fetch(key: str) -> list[tuple[int, _ShardItem]]:
@@ -323,6 +340,7 @@ def read_shards(
 
         fetched = [pair for group in parallel_map(fetch, wave, io) for pair in group]
         tasks: list[tuple[_ShardItem, tuple[int, ...], Any]] = []
+        parts: list[_Part] = []
         for _i, r in fetched:
             if r.found is None:
                 continue
@@ -331,11 +349,16 @@ def read_shards(
                 sh.inner, grid, r.dest, ctx.fill, ctx.where, n
             ):
                 continue
+            bounds = None
+            if nested is not None and not r.in_place:
+                bounds = selection_bounds(r.request.chunk_selection, ctx.codec.shape)
             sources = r.found.sources
             for b, flat in zip(r.blocks, r.flat, strict=True):
                 src = sources.get(flat)
                 if src is None:
                     r.dest[_inner_region(sh.chunk_shape, r.origin, b)] = ctx.fill
+                elif bounds is not None and (part := _part_of(bounds, b, sh.chunk_shape)):
+                    parts.append((r, b, src, part))
                 else:
                     tasks.append((r, b, src))
         batching = backend.batching(
@@ -352,6 +375,26 @@ def read_shards(
             backend.decode(sh.inner, decode_items, ctx.where)
 
         run_batches(decode, tasks, batching, n if batching.parallel else io)
+        if parts:
+            assert nested is not None
+
+            def decode_part(task: _Part) -> None:
+                r, b, src, part = task
+                region = _inner_region(sh.chunk_shape, r.origin, b)
+                target = r.dest[
+                    tuple(
+                        slice(g.start + p.start, g.start + p.stop)
+                        for g, p in zip(region, part, strict=True)
+                    )
+                ]
+                try:
+                    target[...] = nested.decode_box(
+                        sh.inner.decode_bytes(src), part, sh.inner.dtype
+                    )
+                except Exception as exc:
+                    reraise_decode(ctx.where(r.request.key, b), exc)
+
+            parallel_map(decode_part, parts, n)
 
         def scatter_item(pair: tuple[int, _ShardItem]) -> None:
             results[pair[0]] = _scatter_shard(ctx, pair[1])
@@ -505,6 +548,25 @@ def _inner_grid(ctx: ArrayContext, r: _ShardItem) -> InnerGrid | None:
     lengths = rows[:, 1].astype(np.int64)
     origin = tuple(o // c for o, c in zip(r.origin, sh.chunk_shape, strict=True))
     return InnerGrid(whole, starts, lengths, box, origin, r.request.key)
+
+
+def _part_of(
+    bounds: Box, block: tuple[int, ...], chunk_shape: tuple[int, ...]
+) -> tuple[slice, ...] | None:
+    """The part of inner chunk ``block`` a selection within ``bounds`` needs, in the chunk.
+
+    ``None`` where that is the whole inner chunk (or nothing: a block the selection touches
+    always meets its bounds).
+    """
+    part: list[slice] = []
+    whole = True
+    for (lo, hi), b, c in zip(bounds, block, chunk_shape, strict=True):
+        start, stop = max(lo - b * c, 0), min(hi - b * c, c)
+        if stop <= start:
+            return None
+        whole = whole and start == 0 and stop == c
+        part.append(slice(start, stop))
+    return None if whole else tuple(part)
 
 
 def _inner_region(

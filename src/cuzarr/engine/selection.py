@@ -15,7 +15,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Box", "is_full", "needed_blocks", "rebase", "selection_box"]
+__all__ = [
+    "Box",
+    "is_full",
+    "needed_blocks",
+    "rebase",
+    "selection_bounds",
+    "selection_box",
+]
 
 Selector = Any
 Box = tuple[tuple[int, int], ...]
@@ -83,6 +90,32 @@ def rebase(
         else:
             out.append(int(entry) - o)
     return tuple(out)
+
+
+def selection_bounds(selection: Sequence[Selector], shape: Sequence[int]) -> Box:
+    """Per dimension ``(lo, hi)``: every index the selection picks lies in ``[lo, hi)``.
+
+    The bounding box of the selection (``(0, 0)`` along a dimension where it picks nothing);
+    exact for slices of step 1 and integers, a cover for steps, masks and integer arrays.
+    """
+    box: list[tuple[int, int]] = []
+    for entry, n in zip(selection, shape, strict=True):
+        if isinstance(entry, slice):
+            start, stop, step = _slice_bounds(entry, n)
+            if stop <= start:
+                box.append((0, 0))
+            else:
+                box.append((start, start + (stop - 1 - start) // step * step + 1))
+            continue
+        if isinstance(entry, np.ndarray):
+            picked = np.flatnonzero(entry) if entry.dtype == bool else entry.reshape(-1)
+            if picked.size == 0:
+                box.append((0, 0))
+            else:
+                box.append((int(picked.min()), int(picked.max()) + 1))
+            continue
+        box.append((int(entry), int(entry) + 1))
+    return tuple(box)
 
 
 def selection_box(selection: Sequence[Selector], shape: Sequence[int]) -> Box | None:
