@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from cuzarr import _native
 from cuzarr import _zarr_compat as compat
+from cuzarr.backends import recycle
 from cuzarr.backends.base import (
     EACH,
     Batching,
@@ -188,15 +189,16 @@ def streams(dest: npt.NDArray[Any]) -> bool:
 def empty_aligned(shape: tuple[int, ...], dtype: Any) -> npt.NDArray[Any]:
     """An uninitialised C-ordered array whose first byte is :data:`ALIGNMENT`-aligned.
 
-    A view into a slightly larger buffer (its ``base``), as ``pyfftw.empty_aligned`` makes.
-    Data types whose items are not plain bytes (Python objects, NumPy's variable-width
-    strings, subarrays) get ``np.empty``'s array.
+    A view into a slightly larger buffer (its ``base``), as ``pyfftw.empty_aligned`` makes;
+    large ones recycle memory of earlier large arrays that are gone (:mod:`.recycle`). Data
+    types whose items are not plain bytes (Python objects, NumPy's variable-width strings,
+    subarrays) get ``np.empty``'s array.
     """
     dt = np.dtype(dtype)
     if dt.hasobject or dt.kind not in _PLAIN_KINDS or dt.subdtype is not None:
         return np.empty(shape, dt)
     nbytes = math.prod(shape) * dt.itemsize
-    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    raw = recycle.empty(nbytes + ALIGNMENT)
     skip = -int(raw.ctypes.data) % ALIGNMENT
     flat: npt.NDArray[Any] = raw[skip : skip + nbytes].view(dt)
     return flat.reshape(shape)
