@@ -178,6 +178,27 @@ def test_from_zarr_one_task_per_shard_group(strict, tmp_path):
         np.testing.assert_array_equal(arr.compute(scheduler="threads"), z[...])
 
 
+def test_from_zarr_blocks_are_the_engines_outputs(strict, tmp_path, monkeypatch):
+    # A 0-d array reads as a 0-d block (not a scalar); large blocks are the engine's own
+    # outputs (on a cache line, in recycled memory once earlier blocks are gone).
+    from cuzarr.backends import recycle
+
+    z0 = zarr.create_array(str(tmp_path / "s.zarr"), shape=(), dtype="f4", fill_value=1)
+    z0[()] = 7
+    x0 = cdask.from_zarr(str(tmp_path / "s.zarr"))
+    got = x0.compute(scheduler="sync")
+    assert isinstance(got, np.ndarray) and got.shape == () and got == 7
+    pool = recycle.Pool(256 * 1024 * 1024)
+    monkeypatch.setattr(recycle, "_POOL", pool)
+    data = ramp((8, 512, 1024), "f4")  # blocks of one 2 MiB chunk group: 4 blocks of 4 MiB
+    make_array(tmp_path / "a.zarr", data, chunks=(2, 512, 1024), shards=None)
+    x = cdask.from_zarr(str(tmp_path / "a.zarr"), block_nbytes=4 * 1024 * 1024)
+    assert x.numblocks == (4, 1, 1)
+    sums = x.sum(axis=(1, 2)).compute(scheduler="sync")  # each block dropped after its sum
+    np.testing.assert_allclose(sums, data.sum(axis=(1, 2)), rtol=1e-6)
+    assert pool.new >= 1 and pool.reused >= 2
+
+
 def test_from_zarr_explicit_chunks_and_path(strict, tmp_path):
     root = zarr.open_group(zarr.storage.LocalStore(tmp_path / "g.zarr"), mode="w")
     data = ramp((40, 40), "f8")

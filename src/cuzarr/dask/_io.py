@@ -98,9 +98,11 @@ def _read_block(source: _Source, selection: tuple[slice, ...]) -> Any:
 
             return array.get_basic_selection(selection, prototype=zarr_gpu.buffer_prototype)
         return array[selection]
-    shape = tuple(s.stop - s.start for s in selection)
-    out = array.xp.empty(shape, dtype=array.dtype)
-    return array.read(selection, out=out)
+    if not selection:  # a 0-d array: read returns a scalar unless handed its output
+        return array.read(selection, out=array.xp.empty((), dtype=array.dtype))
+    # The engine's own output: on a cache line, and for large blocks memory of earlier
+    # blocks that are gone (cuzarr.backends.recycle) instead of new pages.
+    return array.read(selection)
 
 
 class _Target:
