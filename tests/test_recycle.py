@@ -99,10 +99,30 @@ def test_a_request_that_misses_first_drops_held_memory_to_fit_the_limit() -> Non
 
 
 def test_held_memory_is_dropped_after_the_decay_time() -> None:
+    # The sweeper drops what was held unused for the decay time, then ends (nothing held or
+    # lent); the next lend starts another.
+    pool = recycle.Pool(64 * MiB, decay_s=0.2)
+    for _round in range(2):
+        a = pool.empty(8 * MiB)
+        sweeper = pool._sweeper
+        assert sweeper is not None and sweeper.is_alive()
+        del a
+        assert pool.held_bytes() == 8 * MiB
+        deadline = time.monotonic() + 5
+        while (pool.held_bytes() or sweeper.is_alive()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool.held_bytes() == 0
+        assert not sweeper.is_alive() and pool._sweeper is None
+
+
+def test_memory_lent_for_long_stays_swept() -> None:
+    # While a buffer is lent the sweeper keeps running, so memory handed back after the
+    # decay time is dropped in its turn.
     pool = recycle.Pool(64 * MiB, decay_s=0.2)
     a = pool.empty(8 * MiB)
+    time.sleep(0.5)
+    assert pool._sweeper is not None and pool._sweeper.is_alive()
     del a
-    assert pool.held_bytes() == 8 * MiB
     deadline = time.monotonic() + 5
     while pool.held_bytes() and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -15,8 +15,8 @@ in bytes and in time:
   memory back;
 - the pool holds at most :func:`limit` bytes (``CUZARR_RECYCLE_BYTES``; default the smaller of
   1 GiB and 1/16 of physical memory; ``0`` turns recycling off), oldest dropped first, and
-  drops what it held for :data:`DECAY_S` seconds unused (a daemon thread wakes while anything
-  is held or lent);
+  drops what it held for :data:`DECAY_S` seconds unused (a daemon thread, running while
+  anything is held or lent);
 - a held buffer is lent for a request of between 80 % and 100 % of its size; a request it
   cannot serve first drops held memory until it and the request fit the limit.
 
@@ -125,7 +125,7 @@ class Pool:
         self._held: list[tuple[float, npt.NDArray[np.uint8]]] = []
         self._lock = threading.Lock()
         self._lent = 0  # lent and not yet seen back
-        self._wake = threading.Event()
+        #: The thread that drops what decays; it ends once nothing is held or lent.
         self._sweeper: threading.Thread | None = None
         self.reused = 0
         self.new = 0
@@ -147,14 +147,17 @@ class Pool:
                 self.new += 1
             else:
                 self.reused += 1
-            self._wake.set()
             sweeper = None
-            if self._sweeper is None:  # it runs for good (a new one after a fork)
+            if self._sweeper is None:
                 sweeper = self._sweeper = threading.Thread(
                     target=self._sweep, name="cuzarr-recycle", daemon=True
                 )
         if sweeper is not None:
-            sweeper.start()
+            try:
+                sweeper.start()
+            except RuntimeError:  # the interpreter is shutting down: nothing sweeps then
+                with self._lock:
+                    self._sweeper = None
         if raw is None:
             raw = np.empty(nbytes, np.uint8)
         return np.frombuffer(Lent(raw, self), np.uint8, count=nbytes)
@@ -201,30 +204,25 @@ class Pool:
             held -= self._held.pop(0)[1].nbytes
 
     def _sweep_once(self) -> bool:
-        """Drop buffers held unused for ``decay_s``; whether to keep waking."""
+        """Drop buffers held unused for ``decay_s``; whether the sweeper goes on."""
         with self._lock:
             self._take_returned()
             cutoff = time.monotonic() - self.decay_s
             self._held = [(t, raw) for t, raw in self._held if t > cutoff]
-            busy = bool(self._held) or self._lent > 0
-            if not busy:
-                self._wake.clear()
-        return busy
+            if self._held or self._lent > 0:
+                return True
+            self._sweeper = None  # the next lend starts another
+            return False
 
     def _sweep(self) -> None:
-        while True:
-            self._wake.wait()
+        time.sleep(self.decay_s / 2)
+        while self._sweep_once():
             time.sleep(self.decay_s / 2)
-            while self._sweep_once():
-                time.sleep(self.decay_s / 2)
 
     def _after_fork(self) -> None:
-        """In a forked child: new lock and event, no sweeper (threads do not survive fork)."""
+        """In a forked child: a new lock and no sweeper (the child's next lend starts one)."""
         self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._sweeper = None
-        if self._held or self.returned or self._lent:
-            self._wake.set()
 
 
 _POOL: Pool | None = None
