@@ -131,7 +131,9 @@ def test_memory_lent_for_long_stays_swept() -> None:
 
 def test_a_limit_of_zero_lends_nothing() -> None:
     pool = recycle.Pool(0)
+    cuzarr.reset_stats()
     a = pool.empty(8 * MiB)
+    assert cuzarr.stats().get("new_large_buffers") == 1
     assert a.flags.owndata and a.nbytes == 8 * MiB
     del a
     assert pool.held_bytes() == 0 and pool.reused == 0
@@ -241,6 +243,7 @@ def test_whole_reads_in_a_loop_reuse_their_outputs(
     z[1, 256:512] = 0  # a chunk at the fill value: not stored, read as fill
     data[1, 256:512] = 0
     api = cuzarr.open(str(path))
+    cuzarr.reset_stats()
     first = api[...]
     kept = api[...]
     np.testing.assert_array_equal(first, data)
@@ -249,6 +252,9 @@ def test_whole_reads_in_a_loop_reuse_their_outputs(
     gc.collect()
     again = api[...]
     assert _address(again) == at and pool.reused >= 1
+    counted = cuzarr.stats()
+    assert counted.get("recycled_buffers", 0) == pool.reused
+    assert counted.get("new_large_buffers", 0) == pool.new == 2  # first and kept
     np.testing.assert_array_equal(again, data)
     np.testing.assert_array_equal(kept, data)
     assert _address(kept) != at

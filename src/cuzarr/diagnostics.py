@@ -25,7 +25,9 @@ def stats() -> dict[str, int]:
     """Return a snapshot of the counters.
 
     Keys: ``engine_reads`` / ``engine_writes`` (batches the engine served), ``fallback_arrays``
-    (arrays opened on zarr's pipeline), ``fallback_reads`` / ``fallback_writes``.
+    (arrays opened on zarr's pipeline), ``fallback_reads`` / ``fallback_writes``;
+    ``recycled_buffers`` / ``new_large_buffers`` (outputs and buffers of 4 MiB or more in
+    memory of earlier ones that were gone, or in new memory: :mod:`cuzarr.backends.recycle`).
     """
     with _lock:
         return dict(_counts)

@@ -38,6 +38,8 @@ import time
 import numpy as np
 import numpy.typing as npt
 
+from cuzarr import diagnostics
+
 __all__ = ["DECAY_S", "RECYCLE_MIN", "Lent", "Pool", "empty", "limit", "pool"]
 
 #: Allocations of at least this many bytes are lent from the pool (4 MiB: below that glibc's
@@ -135,10 +137,13 @@ class Pool:
 
         Requests the pool may hold later (up to ``max_bytes``) get memory lent through a
         :class:`Lent` (the array's base), which comes back here when the array and all its
-        views are gone; larger ones plain ``np.empty``.
+        views are gone; larger ones plain ``np.empty``. Counted in ``cuzarr.stats()``:
+        ``recycled_buffers`` and ``new_large_buffers``.
         """
         if not 0 < nbytes <= self.max_bytes:
+            diagnostics.count("new_large_buffers")
             return np.empty(nbytes, np.uint8)
+        sweeper = None
         with self._lock:
             self._take_returned()
             raw = self._fit(nbytes)
@@ -147,11 +152,11 @@ class Pool:
                 self.new += 1
             else:
                 self.reused += 1
-            sweeper = None
             if self._sweeper is None:
                 sweeper = self._sweeper = threading.Thread(
                     target=self._sweep, name="cuzarr-recycle", daemon=True
                 )
+        diagnostics.count("new_large_buffers" if raw is None else "recycled_buffers")
         if sweeper is not None:
             try:
                 sweeper.start()
