@@ -136,12 +136,9 @@ def behaves_as(store: Any, cls: type) -> bool:
     :data:`STORE_DATA_METHODS`, with no per-instance override either, while ``cls``'s own
     methods are zarr's (not patched). Wrappers and mocks are other classes: false.
     """
+    if not _plain_instance(store, cls):
+        return False
     kind = type(store)
-    if not isinstance(store, cls):
-        return False
-    own = getattr(store, "__dict__", None)
-    if own and not own.keys().isdisjoint(STORE_DATA_METHODS):
-        return False
     methods = _data_methods(kind)
     zarrs = methods if kind is cls else _data_methods(cls)
     hit = _VERDICTS.get((kind, cls))
@@ -151,23 +148,28 @@ def behaves_as(store: Any, cls: type) -> bool:
                 return hit[2]
         except Exception:  # a method object without boolean equality: check again
             pass
-    verdict = _unchanged_instance(store, cls) and all(
-        (fn := getattr(cls, name, None)) is None or _package(fn) == "zarr"
-        for name in STORE_DATA_METHODS
+    # No data method replaced by the subclass, and zarr's class's own are zarr's (unpatched).
+    verdict = all(m is z for m, z in zip(methods, zarrs, strict=True)) and all(
+        fn is None or _package(fn) == "zarr" for fn in zarrs
     )
     _VERDICTS[(kind, cls)] = (methods, zarrs, verdict)
     return verdict
 
 
-def _unchanged_instance(store: Any, cls: type) -> bool:
-    """Whether ``store`` is a ``cls`` whose class and instance replace none of its data methods."""
-    kind = type(store)
-    if not isinstance(store, cls) or any(
-        getattr(kind, name, None) is not getattr(cls, name, None) for name in STORE_DATA_METHODS
-    ):
+def _plain_instance(store: Any, cls: type) -> bool:
+    """Whether ``store`` is a ``cls`` with no data method replaced on the instance itself."""
+    if not isinstance(store, cls):
         return False
     own = getattr(store, "__dict__", None)
     return not (own and not own.keys().isdisjoint(STORE_DATA_METHODS))
+
+
+def _unchanged_instance(store: Any, cls: type) -> bool:
+    """Whether ``store`` is a ``cls`` whose class and instance replace none of its data methods."""
+    kind = type(store)
+    return _plain_instance(store, cls) and all(
+        getattr(kind, name, None) is getattr(cls, name, None) for name in STORE_DATA_METHODS
+    )
 
 
 def local_store_root(store: Any) -> Any:

@@ -182,6 +182,30 @@ def test_sharded_shard_index_is_left_to_zarr() -> None:
     assert "'grp/a'" in message
 
 
+def _small_nested_array(path: Path, levels: int) -> Any:
+    """A 16x16 array in (8, 8) shards nested ``levels`` deep (:func:`_nested`), with empty
+    innermost chunks at [8:12, 0:4]; the data written."""
+    data = np.arange(16 * 16, dtype="<i2").reshape(16, 16)
+    data[8:12, 0:4] = 0  # empty innermost chunks: fill values
+    z = zarr.create_array(
+        str(path), shape=(16, 16), dtype="<i2", chunks=(8, 8), fill_value=0,
+        serializer=_nested(levels), compressors=None,
+    )  # fmt: skip
+    z[...] = data
+    return data
+
+
+def _corrupt_first_innermost_chunk(path: Path) -> None:
+    """Break the zstd frame of innermost chunk (0, 0) (elements [0, 0:2]) of shard c/0/0: the
+    shard's first frame, its magic bytes zeroed."""
+    shard = path / "c" / "0" / "0"
+    raw = bytearray(shard.read_bytes())
+    frame = bytes(raw).find(b"\x28\xb5\x2f\xfd")
+    assert frame >= 0
+    raw[frame : frame + 4] = b"\x00\x00\x00\x00"
+    shard.write_bytes(bytes(raw))
+
+
 def _boxes(shape: tuple[int, int], step: int, size: int) -> list[tuple[slice, slice]]:
     return [
         (slice(i, i + size), slice(j, j + size))
@@ -196,26 +220,14 @@ def test_small_reads_decode_only_the_inner_chunks_they_touch(tmp_path: Path, lev
     # touches (as zarr reads nested shards in part): boxes at every offset read right, and
     # a corrupt innermost chunk spoils only the reads that touch it, named by its shard.
     path = tmp_path / "p.zarr"
-    data = np.arange(16 * 16, dtype="<i2").reshape(16, 16)
-    data[8:12, 0:4] = 0  # empty innermost chunks: fill values
-    z = zarr.create_array(
-        str(path), shape=(16, 16), dtype="<i2", chunks=(8, 8), fill_value=0,
-        serializer=_nested(levels), compressors=None,
-    )
-    z[...] = data
+    data = _small_nested_array(path, levels)
     api = cuzarr.open(str(path))
     with cuzarr.configure(strict=True):
         zz = zarr.open_array(str(path), mode="r")
         for box in _boxes((16, 16), 1, 3) + _boxes((16, 16), 2, 1):
             np.testing.assert_array_equal(zz[box], data[box], err_msg=str(box))
             np.testing.assert_array_equal(api[box], data[box], err_msg=str(box))
-    # Corrupt the zstd frame of innermost chunk (0, 0) (elements [0, 0:2]): its first bytes.
-    shard = path / "c" / "0" / "0"
-    raw = bytearray(shard.read_bytes())
-    frame = bytes(raw).find(b"\x28\xb5\x2f\xfd")  # the first zstd frame of the shard
-    assert frame >= 0
-    raw[frame : frame + 4] = b"\x00\x00\x00\x00"
-    shard.write_bytes(bytes(raw))
+    _corrupt_first_innermost_chunk(path)
     with cuzarr.configure(strict=True):
         zz = zarr.open_array(str(path), mode="r")
         np.testing.assert_array_equal(zz[1:2, 0:2], data[1:2, 0:2])  # same inner shard
@@ -255,9 +267,7 @@ def _want(data: Any, kind: str, sel: Any) -> Any:
     if kind == "orthogonal":
         return data[np.ix_(*(np.flatnonzero(s) if isinstance(s, np.ndarray) else
                              np.arange(16)[s] for s in sel))]  # fmt: skip
-    if kind == "points":
-        return data[sel]
-    return data[sel]
+    return data[sel]  # boxes, steps and points (NumPy's vectorized indexing) alike
 
 
 @pytest.mark.parametrize("levels", [2, 3])
@@ -270,13 +280,7 @@ def test_reads_across_inner_shards_decode_only_what_they_need(
     # reach it (a box across four inner shards that stays off it reads right, which fails
     # when inner shards are decoded whole).
     path = tmp_path / "q.zarr"
-    data = np.arange(16 * 16, dtype="<i2").reshape(16, 16)
-    data[8:12, 0:4] = 0  # empty innermost chunks: fill values
-    z = zarr.create_array(
-        str(path), shape=(16, 16), dtype="<i2", chunks=(8, 8), fill_value=0,
-        serializer=_nested(levels), compressors=None,
-    )  # fmt: skip
-    z[...] = data
+    data = _small_nested_array(path, levels)
     api = cuzarr.open(str(path))
     with cuzarr.configure(strict=True):
         zz = zarr.open_array(str(path), mode="r")
@@ -289,13 +293,7 @@ def test_reads_across_inner_shards_decode_only_what_they_need(
                 np.testing.assert_array_equal(api.oindex[sel], want, err_msg=str(sel))
             else:
                 np.testing.assert_array_equal(api[sel], want, err_msg=f"{kind} {sel}")
-    # Corrupt innermost chunk (0, 0) (elements [0, 0:2]), the first zstd frame of the shard.
-    shard = path / "c" / "0" / "0"
-    raw = bytearray(shard.read_bytes())
-    frame = bytes(raw).find(b"\x28\xb5\x2f\xfd")
-    assert frame >= 0
-    raw[frame : frame + 4] = b"\x00\x00\x00\x00"
-    shard.write_bytes(bytes(raw))
+    _corrupt_first_innermost_chunk(path)
     beside = (slice(1, 3), slice(1, 3))  # part of four inner shards, not chunk (0, 0)
     with cuzarr.configure(strict=True):
         zz = zarr.open_array(str(path), mode="r")

@@ -190,10 +190,14 @@ class Pool:
                 best = i
         if best is not None:
             return self._held.pop(best)[1]
-        held = sum(raw.nbytes for _t, raw in self._held)
-        while self._held and held + nbytes > self.max_bytes:
-            held -= self._held.pop(0)[1].nbytes  # oldest first
+        self._drop_oldest(room=nbytes)
         return None
+
+    def _drop_oldest(self, room: int = 0) -> None:
+        """Drop held buffers, oldest first, until they and ``room`` bytes fit the limit."""
+        held = sum(raw.nbytes for _t, raw in self._held)
+        while self._held and held + room > self.max_bytes:
+            held -= self._held.pop(0)[1].nbytes
 
     def _take_returned(self) -> None:
         """Move returned buffers into ``_held`` (under the lock), within the byte limit."""
@@ -204,9 +208,7 @@ class Pool:
             if self.poison is not None:
                 raw.fill(self.poison)
             self._held.append((now, raw))
-        held = sum(raw.nbytes for _t, raw in self._held)
-        while held > self.max_bytes:
-            held -= self._held.pop(0)[1].nbytes
+        self._drop_oldest()
 
     def _sweep_once(self) -> bool:
         """Drop buffers held unused for ``decay_s``; whether the sweeper goes on."""

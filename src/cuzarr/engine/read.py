@@ -38,11 +38,11 @@ from cuzarr.codecs.sharding.reader import BackendReads, ShardBytes
 from cuzarr.engine.context import ArrayContext, run_batches, waves
 from cuzarr.engine.requests import ChunkRequest
 from cuzarr.engine.selection import (
-    Box,
     flat_indexes,
     is_full,
     iter_blocks,
     needed_blocks,
+    part_in_block,
     rebase,
     selection_bounds,
 )
@@ -357,7 +357,7 @@ def read_shards(
                 src = sources.get(flat)
                 if src is None:
                     r.dest[_inner_region(sh.chunk_shape, r.origin, b)] = ctx.fill
-                elif bounds is not None and (part := _part_of(bounds, b, sh.chunk_shape)):
+                elif bounds is not None and (part := part_in_block(bounds, b, sh.chunk_shape)):
                     parts.append((r, b, src, part))
                 else:
                     tasks.append((r, b, src))
@@ -376,23 +376,15 @@ def read_shards(
 
         run_batches(decode, tasks, batching, n if batching.parallel else io)
         if parts:
-            assert nested is not None
 
             def decode_part(task: _Part) -> None:
                 r, b, src, part = task
                 region = _inner_region(sh.chunk_shape, r.origin, b)
-                target = r.dest[
-                    tuple(
-                        slice(g.start + p.start, g.start + p.stop)
-                        for g, p in zip(region, part, strict=True)
-                    )
-                ]
-                try:
-                    target[...] = nested.decode_box(
-                        sh.inner.decode_bytes(src), part, sh.inner.dtype
-                    )
-                except Exception as exc:
-                    reraise_decode(ctx.where(r.request.key, b), exc)
+                target = tuple(
+                    slice(g.start + p.start, g.start + p.stop)
+                    for g, p in zip(region, part, strict=True)
+                )
+                r.dest[target] = _inner_shard_part(ctx, r.request.key, b, src, part)
 
             parallel_map(decode_part, parts, n)
 
@@ -456,10 +448,7 @@ def _one_inner_chunk(
     if not whole and nested is not None and ctx.backend.name == "cpu":
         # An inner chunk that is a shard: only its inner chunks the box touches (zarr reads
         # nested shards in part too); on the CPU, where its bytes are host memory.
-        try:
-            out[sel] = nested.decode_box(sh.inner.decode_bytes(src), tuple(local), sh.inner.dtype)
-        except Exception as exc:
-            reraise_decode(ctx.where(req.key, tuple(block)), exc)
+        out[sel] = _inner_shard_part(ctx, req.key, tuple(block), src, tuple(local))
         return True
     dest = region_view(out, sel, inner) if whole else None
     item = DecodeItem(src, dest, req.key, tuple(block))
@@ -550,23 +539,23 @@ def _inner_grid(ctx: ArrayContext, r: _ShardItem) -> InnerGrid | None:
     return InnerGrid(whole, starts, lengths, box, origin, r.request.key)
 
 
-def _part_of(
-    bounds: Box, block: tuple[int, ...], chunk_shape: tuple[int, ...]
-) -> tuple[slice, ...] | None:
-    """The part of inner chunk ``block`` a selection within ``bounds`` needs, in the chunk.
+def _inner_shard_part(
+    ctx: ArrayContext, key: str, block: tuple[int, ...], src: Any, part: tuple[slice, ...]
+) -> npt.NDArray[Any]:
+    """The part ``part`` of inner chunk ``block`` of shard ``key``, itself a shard.
 
-    ``None`` where that is the whole inner chunk (or nothing: a block the selection touches
-    always meets its bounds).
+    Only its inner chunks the part touches are decoded (``decode_box``); errors are named by
+    the shard and the inner chunk.
     """
-    part: list[slice] = []
-    whole = True
-    for (lo, hi), b, c in zip(bounds, block, chunk_shape, strict=True):
-        start, stop = max(lo - b * c, 0), min(hi - b * c, c)
-        if stop <= start:
-            return None
-        whole = whole and start == 0 and stop == c
-        part.append(slice(start, stop))
-    return None if whole else tuple(part)
+    sh = ctx.sharding
+    assert sh is not None
+    nested = sh.inner.nested_sharding
+    assert nested is not None
+    try:
+        return nested.decode_box(sh.inner.decode_bytes(src), part, sh.inner.dtype)
+    except Exception as exc:
+        reraise_decode(ctx.where(key, block), exc)
+        raise  # reraise_decode always raises
 
 
 def _inner_region(

@@ -19,6 +19,7 @@ __all__ = [
     "Box",
     "is_full",
     "needed_blocks",
+    "part_in_block",
     "rebase",
     "selection_bounds",
     "selection_box",
@@ -116,6 +117,25 @@ def selection_bounds(selection: Sequence[Selector], shape: Sequence[int]) -> Box
             continue
         box.append((int(entry), int(entry) + 1))
     return tuple(box)
+
+
+def part_in_block(
+    bounds: Box, block: tuple[int, ...], chunk_shape: tuple[int, ...]
+) -> tuple[slice, ...] | None:
+    """The part of inner chunk ``block`` a selection within ``bounds`` needs, in the chunk.
+
+    ``None`` where that is the whole inner chunk (or nothing: a block the selection touches
+    always meets its bounds).
+    """
+    part: list[slice] = []
+    whole = True
+    for (lo, hi), b, c in zip(bounds, block, chunk_shape, strict=True):
+        start, stop = max(lo - b * c, 0), min(hi - b * c, c)
+        if stop <= start:
+            return None
+        whole = whole and start == 0 and stop == c
+        part.append(slice(start, stop))
+    return None if whole else tuple(part)
 
 
 def selection_box(selection: Sequence[Selector], shape: Sequence[int]) -> Box | None:
