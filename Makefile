@@ -19,7 +19,8 @@ unit: venv
 # The pure-Python paths an install without a C compiler takes (CUZARR_NATIVE=0: the batch
 # helper unused): the parity suite and the tests of every path the helper otherwise serves.
 NO_NATIVE_TESTS = tests/parity tests/test_api.py tests/test_chunk_by_chunk_reads.py \
-	tests/test_zstd_batches.py tests/test_inner_grids.py tests/test_shard_splice.py \
+	tests/test_zstd_batches.py tests/test_large_zstd_reads.py tests/test_inner_grids.py \
+	tests/test_shard_splice.py \
 	tests/test_local_replace.py tests/test_box_writes.py tests/test_batch_puts.py \
 	tests/test_light_chunks.py tests/test_hardening_untrusted.py tests/test_streaming_copy.py
 no-native: venv

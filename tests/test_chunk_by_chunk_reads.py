@@ -83,8 +83,8 @@ def test_box_by_box_equals_zarr(
     singles: list[list[int]] = []
     real_boxes = cpu_backend.zstd_batch.read_boxes
 
-    def boxes_spy(paths: Any, *args: Any) -> Any:
-        status = real_boxes(paths, *args)
+    def boxes_spy(paths: Any, *args: Any, **kwargs: Any) -> Any:
+        status = real_boxes(paths, *args, **kwargs)
         if len(paths) == 1:
             singles.append(status.tolist())
         return status

@@ -1,4 +1,5 @@
-"""Large chunks copied into the output with streaming stores (``_native.copy_array``).
+"""Large chunks copied into the output with streaming stores (``_native.copy_array``, and
+for zstd chunks of local files the batch helper's ``zstd_batch.read_boxes``).
 
 The copy must write exactly what NumPy's ``dest[...] = src`` writes, for every layout (rows
 shorter and longer than a cache line, unaligned destinations, negative and element strides),
@@ -159,16 +160,34 @@ def _array(path: Path, compressors: Any) -> np.ndarray:
 
 
 def _spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[int, ...], bool]]:
-    """Record ``(shape, streamed)`` of every ``copy_array`` the engine asks for."""
+    """Record ``(shape, streamed)`` of every streamed copy the engine asks for.
+
+    Chunks placed from Python go through ``copy_array`` (asked for only where the rule says
+    stream); zstd chunks of local files are placed by ``zstd_batch.read_boxes``, whose helper
+    streams a box's rows where it is asked to and they are ``STREAM_ROW_MIN`` bytes or longer.
+    """
     calls: list[tuple[tuple[int, ...], bool]] = []
     real = _native.copy_array
+    real_boxes = cpu_backend.zstd_batch.read_boxes
 
     def spy(dest: np.ndarray, src: np.ndarray, *, streaming: bool) -> bool:
         done = real(dest, src, streaming=streaming)
         calls.append((src.shape, streaming and done))
         return done
 
+    def boxes_spy(
+        paths: Any, cap: int, shape: Any, itemsize: int, boxes: np.ndarray, *args: Any,
+        streaming: bool = False,
+    ) -> Any:
+        status = real_boxes(paths, cap, shape, itemsize, boxes, *args, streaming=streaming)
+        for i in np.flatnonzero(status == 1):
+            extent = tuple(int(x) for x in boxes[i, 2])
+            if streaming and extent[-1] * itemsize >= cpu_backend.STREAM_ROW_MIN:
+                calls.append((extent, True))
+        return status
+
     monkeypatch.setattr(_native, "copy_array", spy)
+    monkeypatch.setattr(cpu_backend.zstd_batch, "read_boxes", boxes_spy)
     return calls
 
 

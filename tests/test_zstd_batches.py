@@ -66,8 +66,8 @@ def _uses_c_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     placed: list[int] = []
     real = cpu_backend.zstd_batch.read_boxes
 
-    def spy(*args: Any) -> Any:
-        status = real(*args)
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        status = real(*args, **kwargs)
         placed.append(int((status == 1).sum()))
         return status
 
@@ -329,46 +329,80 @@ def test_read_boxes_statuses_and_bounds(tmp_path: Path) -> None:
     (tmp_path / "bad").write_bytes(b"\x00" * len(frame))
     (tmp_path / "dir").mkdir()
     paths = [str(tmp_path / n).encode() for n in ("ok", "none", "big", "bad", "dir", "ok")]
+    cap = len(frame) + 1
+    scratch = np.empty(cap + chunk.nbytes, np.uint8)
+
+    def read(paths: list[bytes], boxes: np.ndarray, out: np.ndarray, **kw: Any) -> list[int]:
+        got = zstd_batch.read_boxes(paths, cap, (2, 3, 4), 2, boxes, out, scratch, **kw)
+        return [int(x) for x in got]
+
     out = np.zeros((4, 3, 4), "<u2")
     # Rows: chunk start, out start, extent, step in the chunk.
     whole = [0, 0, 0, 0, 0, 0, 2, 3, 4, 1, 1, 1]
     corner = [1, 1, 2, 2, 0, 0, 1, 2, 2, 1, 1, 1]
     boxes = np.array([whole] * 5 + [corner], np.int64).reshape(6, 4, 3)
-    status = zstd_batch.read_boxes(paths, len(frame) + 1, (2, 3, 4), 2, boxes, out)
-    assert status.tolist() == [1, 0, -1, -1, -1, 1]
+    assert read(paths, boxes, out) == [1, 0, -1, -1, -1, 1]
     expected = np.zeros_like(out)
     expected[0:2] = chunk
     expected[2:3, 0:2, 0:2] = chunk[1:2, 1:3, 2:4]
     assert_same_array(out, expected)
+    # The same with streaming stores.
+    out_streamed = np.zeros_like(out)
+    assert read(paths, boxes, out_streamed, streaming=True) == [1, 0, -1, -1, -1, 1]
+    assert_same_array(out_streamed, expected)
     # Boxes that are not contiguous (a strided view) are taken as their values.
     spread = np.zeros((12, 4, 3), np.int64)
     spread[::2] = boxes
     out2 = np.zeros_like(out)
-    status = zstd_batch.read_boxes(paths, len(frame) + 1, (2, 3, 4), 2, spread[::2], out2)
-    assert status.tolist() == [1, 0, -1, -1, -1, 1]
+    assert read(paths, spread[::2], out2) == [1, 0, -1, -1, -1, 1]
     assert_same_array(out2, expected)
     # Steps in the chunk: every step-th element from the start, into consecutive elements.
     stepped = np.array([[0, 0, 1], [0, 0, 0], [2, 2, 2], [1, 2, 2]], np.int64).reshape(1, 4, 3)
     out3 = np.zeros((2, 2, 2), "<u2")
-    assert zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 2, stepped, out3)[0] == 1
+    assert read(paths[:1], stepped, out3) == [1]
     assert_same_array(out3, chunk[0:2, 0:3:2, 1:4:2])
+
+    # A whole chunk over a contiguous region of the output is decoded straight into it (the
+    # scratch's chunk part is not written); over a strided region it goes through the scratch.
+    def through_scratch(out: np.ndarray, at: int = 0) -> bool:
+        scratch[cap:] = 0xA5
+        box = np.array([0, 0, 0, at, 0, 0, 2, 3, 4, 1, 1, 1], np.int64).reshape(1, 4, 3)
+        assert read(paths[:1], box, out) == [1]
+        return bool((scratch[cap:] != 0xA5).any())
+
+    stacked = np.zeros((6, 3, 4), "<u2")
+    assert not through_scratch(stacked, at=2)
+    assert_same_array(stacked[2:4], chunk)
+    assert not through_scratch(np.zeros((2, 3, 4), ">u2").view("<u2"))  # any byte order view
+    strided = np.zeros((2, 3, 8), "<u2")[:, :, ::2]
+    assert through_scratch(strided)
+    assert_same_array(strided, chunk)
+    wider = np.zeros((2, 3, 5), "<u2")[:, :, :4]  # rows contiguous, the region is not
+    assert through_scratch(wider)
+    assert_same_array(wider, chunk)
+    flat = np.zeros((2, 1, 3, 4), "<u2")[:, 0]  # a length-1 axis of any stride
+    assert not through_scratch(flat)
+    assert_same_array(flat, chunk)
 
     def refused(row: list[list[int]]) -> None:
         box = np.array(row, np.int64).reshape(1, 4, 3)
         with pytest.raises(ValueError, match="outside"):
-            zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 2, box, out)
+            read(paths[:1], box, out)
 
     refused([[0, 0, 0], [3, 0, 0], [2, 3, 4], [1, 1, 1]])  # past the output
     refused([[0, 0, -1], [0, 0, 0], [1, 1, 1], [1, 1, 1]])  # a negative start
     refused([[0, 0, 1], [0, 0, 0], [1, 1, 3], [1, 1, 2]])  # 1 + 2 * 2 >= 4: the last outside
     inside = np.array([[0, 0, 1], [0, 0, 0], [1, 1, 2], [1, 1, 2]], np.int64).reshape(1, 4, 3)
-    assert zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 2, inside, out)[0] == 1
+    assert read(paths[:1], inside, out) == [1]
     refused([[0, 0, 0], [0, 0, 0], [1, 1, 1], [1, 1, 0]])  # a step of 0
     refused([[0, 0, 4], [0, 0, 0], [1, 1, 1], [1, 1, 1]])  # a start at the chunk's end
     with pytest.raises(ValueError, match="out must"):
-        zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 4, boxes[:1], out)
+        zstd_batch.read_boxes(paths[:1], cap, (2, 3, 4), 4, boxes[:1], out, scratch)
     with pytest.raises(ValueError, match="shape"):
-        zstd_batch.read_boxes(paths[:1], len(frame) + 1, (2, 3, 4), 2, boxes[:1, :3], out)
+        read(paths[:1], boxes[:1, :3], out)
+    for bad in (scratch[:-1], scratch[::2], scratch.view("<u2"), np.zeros(0, np.uint8)):
+        with pytest.raises(ValueError, match=f"scratch must be {cap + chunk.nbytes} writable"):
+            zstd_batch.read_boxes(paths[:1], cap, (2, 3, 4), 2, boxes[:1], out, bad)
 
 
 @pytest.mark.parametrize(

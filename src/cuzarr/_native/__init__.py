@@ -46,7 +46,7 @@ __all__ = [
 
 LIBRARY = Path(__file__).with_name("libczbatch.so")
 #: The helper's ``cz_abi_version()``: a library built from another source is not used.
-ABI_VERSION = 19
+ABI_VERSION = 20
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -72,6 +72,7 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.cz_copy_array.restype = None
     lib.cz_read_zstd_boxes.argtypes = [
         _P, _P, _P, _I64, ctypes.c_char_p, _I64, _I64, ctypes.c_int32, _I64, _P, _P, _P, _P,
+        ctypes.c_int32, _P,
     ]
     lib.cz_read_zstd_boxes.restype = _I64
     lib.cz_put_files.argtypes = [

@@ -39,7 +39,7 @@ typedef int (*cz_compress_fn)(int, int, size_t, size_t, const void *, void *, si
                               const char *, size_t, int);
 
 /* The ABI version Python checks before using the library (bump on any signature change). */
-int cz_abi_version(void) { return 19; }
+int cz_abi_version(void) { return 20; }
 
 /*
  * Decompress n frames, frame i starting at src + src_offsets[i], into dest + dest_offsets[i]
@@ -265,12 +265,12 @@ static void cz_c_strides(const int64_t *shape, int32_t ndim, int64_t itemsize, i
  * Copy a box of a C-ordered chunk into an output array: per dimension d, extent[d] elements
  * from chunk index chunk_start[d] to output index out_start[d]. out points at the output's
  * element (0, ..., 0); out_strides are its byte strides (any sign). The caller has checked
- * that the box lies inside both.
+ * that the box lies inside both. streaming as cz_copy_strided's (the caller fences).
  */
 static void cz_copy_box(const uint8_t *chunk, const int64_t *chunk_shape, int32_t ndim,
                         int64_t itemsize, const int64_t *chunk_start, const int64_t *out_start,
                         const int64_t *extent, const int64_t *chunk_step, uint8_t *out,
-                        const int64_t *out_strides)
+                        const int64_t *out_strides, int streaming)
 {
     int64_t chunk_strides[CZ_MAX_DIMS], src_strides[CZ_MAX_DIMS];
     cz_c_strides(chunk_shape, ndim, itemsize, chunk_strides);
@@ -281,34 +281,61 @@ static void cz_copy_box(const uint8_t *chunk, const int64_t *chunk_shape, int32_
         dst += out_start[d] * out_strides[d];
         src_strides[d] = chunk_strides[d] * chunk_step[d];
     }
-    cz_copy_strided(src, src_strides, dst, out_strides, ndim, itemsize, extent, 0);
+    cz_copy_strided(src, src_strides, dst, out_strides, ndim, itemsize, extent, streaming);
 }
 
 /*
- * Read, decode and place n small zstd chunks, each a file, in one call (the GIL released
- * once for every system call, decode and copy of the batch).
+ * Where a box (as cz_read_zstd_boxes takes it) is the whole chunk and its region of the output
+ * holds the chunk's bytes in C order, one after another (the region is contiguous: the output's
+ * stride along every dimension longer than 1 is the chunk's own): that region's first byte,
+ * into which the chunk may be decoded as it is. NULL otherwise.
+ */
+static uint8_t *cz_whole_region(const int64_t *chunk_shape, int32_t ndim, int64_t itemsize,
+                                const int64_t *box, uint8_t *out, const int64_t *out_strides)
+{
+    int64_t stride = itemsize;
+    uint8_t *dst = out;
+    for (int32_t d = ndim - 1; d >= 0; d--) {
+        if (box[d] != 0 || box[2 * ndim + d] != chunk_shape[d] || box[3 * ndim + d] != 1 ||
+            (chunk_shape[d] > 1 && out_strides[d] != stride)) {
+            return NULL;
+        }
+        stride *= chunk_shape[d];
+        dst += box[ndim + d] * out_strides[d];
+    }
+    return dst;
+}
+
+/*
+ * Read, decode and place n zstd chunks, each a file, in one call (the GIL released once for
+ * every system call, decode and copy of the batch).
  *
  * paths holds the n files' NUL-terminated paths one after another. shapes holds the chunk's
  * shape, the output's shape and the output's byte strides (ndim values each; the chunk is C
  * ordered, itemsize bytes per element, nbytes in all). boxes[i] = (chunk start, out start,
  * extent, chunk step), ndim values each: the box takes every step-th element of the chunk
  * from its start, extent of them, into consecutive elements of out; every box is checked to
- * lie inside the chunk and the output before anything is read. File i is read into a scratch buffer of cap bytes (one read call),
- * decoded with the caller's context dctx (ZSTD_createDCtx; one per thread, reused from batch
- * to batch: making one per batch cost ~5 % of a read of 8 KiB chunks) into a scratch chunk,
- * and its box copied into out (see cz_copy_box). status[i]: 1 placed, 0 the file does not
- * exist (ENOENT, ENOTDIR: nothing written), -1 not done here (any other error, a file of cap
- * bytes or more, or one that does not decode to exactly nbytes: the caller reads it the
- * general way, which names the problem). Returns how many were placed; -1 for arguments it
- * refuses, -2 for a box outside the chunk or the output, -3 when the scratch buffers cannot
- * be allocated (nothing done in all three).
+ * lie inside the chunk and the output before anything is read. File i is read into scratch
+ * (cap + nbytes bytes, the caller's: reused from batch to batch) with one read call, decoded
+ * with the caller's context dctx (ZSTD_createDCtx; one per thread, reused from batch to batch:
+ * making one per batch cost ~5 % of a read of 8 KiB chunks) and placed: decoded straight into
+ * out where the box is the whole chunk and its region of out is contiguous
+ * (cz_whole_region), else into the rest of scratch and its box copied into out (cz_copy_box;
+ * streaming != 0: rows of whole cache lines written with streaming stores, fenced before
+ * the call returns). status[i]: 1 placed, 0 the file does not exist (ENOENT, ENOTDIR:
+ * nothing written), -1 not done here (any other error, a file of cap bytes or more, or one
+ * that does not decode to exactly nbytes: the caller reads it the general way, which names
+ * the problem or writes the whole region). Returns how many were placed; -1 for arguments it
+ * refuses, -2 for a box outside the chunk or the output (nothing done in either).
  */
 int64_t cz_read_zstd_boxes(void *dctx, cz_zstd_decompress_fn decompress,
                            cz_zstd_iserror_fn iserror, int64_t n, const char *paths, int64_t cap,
                            int64_t nbytes, int32_t ndim, int64_t itemsize, const int64_t *shapes,
-                           const int64_t *boxes, uint8_t *out, int64_t *status)
+                           const int64_t *boxes, uint8_t *out, uint8_t *scratch,
+                           int32_t streaming, int64_t *status)
 {
-    if (ndim < 1 || ndim > CZ_MAX_DIMS || dctx == NULL || n < 0 || cap < 1 || nbytes < 1) {
+    if (ndim < 1 || ndim > CZ_MAX_DIMS || dctx == NULL || n < 0 || cap < 1 || nbytes < 1 ||
+        scratch == NULL) {
         return -1;
     }
     const int64_t *chunk_shape = shapes, *out_shape = shapes + ndim;
@@ -329,11 +356,7 @@ int64_t cz_read_zstd_boxes(void *dctx, cz_zstd_decompress_fn decompress,
             }
         }
     }
-    uint8_t *stored = malloc((size_t)cap + (size_t)nbytes);
-    if (stored == NULL) {
-        return -3;
-    }
-    uint8_t *chunk = stored + cap;
+    uint8_t *stored = scratch, *chunk = scratch + cap;
     int64_t placed = 0;
     const char *path = paths;
     for (int64_t i = 0; i < n; i++, path += strlen(path) + 1) {
@@ -356,17 +379,25 @@ int64_t cz_read_zstd_boxes(void *dctx, cz_zstd_decompress_fn decompress,
         if (got < 0 || got >= cap) {
             continue;
         }
-        size_t size = decompress(dctx, chunk, (size_t)nbytes, stored, (size_t)got);
+        const int64_t *box = boxes + i * 4 * (int64_t)ndim;
+        uint8_t *whole = cz_whole_region(chunk_shape, ndim, itemsize, box, out, out_strides);
+        uint8_t *into = whole != NULL ? whole : chunk;
+        size_t size = decompress(dctx, into, (size_t)nbytes, stored, (size_t)got);
         if (iserror(size) || (int64_t)size != nbytes) {
             continue;
         }
-        const int64_t *box = boxes + i * 4 * (int64_t)ndim;
-        cz_copy_box(chunk, chunk_shape, ndim, itemsize, box, box + ndim, box + 2 * ndim,
-                    box + 3 * ndim, out, out_strides);
+        if (whole == NULL) {
+            cz_copy_box(chunk, chunk_shape, ndim, itemsize, box, box + ndim, box + 2 * ndim,
+                        box + 3 * ndim, out, out_strides, streaming);
+        }
         status[i] = 1;
         placed++;
     }
-    free(stored);
+#if defined(__SSE2__)
+    if (streaming) {
+        _mm_sfence();
+    }
+#endif
     return placed;
 }
 

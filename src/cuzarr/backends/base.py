@@ -105,10 +105,15 @@ class Batching:
     parallel : bool
         Batches run at once on the engine's threads (else one after another, each fetching its
         chunks on the I/O threads first).
+    placed : int
+        For reads one chunk per task (``size`` 1, ``parallel``) of a local store: requests go
+        to :meth:`Backend.read_batch` this many at a time, and what it leaves is read one at a
+        time; 0: they are all read one at a time.
     """
 
     size: int
     parallel: bool
+    placed: int = 0
 
 
 #: One chunk per task, tasks in parallel: what the CPU does for most work.
@@ -196,14 +201,18 @@ class Backend(Protocol):
         keys: Sequence[str],
         selections: Sequence[tuple[Any, Any]],
         out: Array,
+        *,
+        stream: bool = False,
     ) -> list[int] | None:
         """Fetch, decode and place a batch of chunks in one go, if this backend can.
 
         ``selections`` pairs each key with its ``(chunk_selection, out_selection)``: the
         decoded chunk's ``chunk_selection`` goes to ``out[out_selection]`` (no dropped axes).
-        Called for batches run in parallel (``Batching.parallel``). Returns per key 1: placed,
-        0: the chunk is missing (nothing written), -1: not done (the loops read it the usual
-        way, which also names what is wrong with it); ``None``: nothing done.
+        Called for batches run in parallel (``Batching.parallel``, ``Batching.placed``) and
+        for reads of one chunk. ``stream``: large chunks may be written into ``out`` with
+        streaming stores (as ``DecodeItem.stream``). Returns per key 1: placed, 0: the chunk
+        is missing (nothing written), -1: not done (the loops read it the usual way, which
+        also names what is wrong with it, or writes its whole region); ``None``: nothing done.
         """
         ...
 

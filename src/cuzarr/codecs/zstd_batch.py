@@ -207,12 +207,16 @@ def read_boxes(
     itemsize: int,
     boxes: I64,
     out: npt.NDArray[np.generic],
+    scratch: npt.NDArray[np.uint8],
+    *,
+    streaming: bool = False,
 ) -> npt.NDArray[np.int64]:
     """Read the zstd chunks in files ``paths``, decode them and copy a box of each into ``out``.
 
     One call into C for the batch (open, read, decode and copy of every file with the GIL
     released). Each file must hold one chunk of ``chunk_shape`` elements of ``itemsize`` bytes
-    (C order) as zstd frames of fewer than ``cap`` bytes.
+    (C order) as zstd frames of fewer than ``cap`` bytes. A box that is the whole chunk, over a
+    contiguous region of ``out``, is decoded straight into it (no copy).
 
     Parameters
     ----------
@@ -230,20 +234,25 @@ def read_boxes(
         consecutive elements of ``out``; 1 for a plain box).
     out : ndarray
         Writable, ``ndim`` dimensions, any strides.
+    scratch : ndarray of uint8
+        C-contiguous and writable, at least ``cap`` plus the chunk's bytes: the stored chunk
+        and the decoded one (the caller keeps it from batch to batch).
+    streaming : bool
+        Copy boxes into ``out`` with streaming stores (rows of whole cache lines written to
+        memory without first reading them into the cache): for outputs larger than the cache.
 
     Returns
     -------
     ndarray of int64
         Per chunk: 1 placed, 0 the file does not exist (``out`` untouched there), -1 left to
-        the caller (another error, too large, or not exactly one chunk of zstd frames).
+        the caller (another error, too large, or not exactly one chunk of zstd frames; its
+        region of ``out`` may have been written).
 
     Raises
     ------
     ValueError
         If a box does not lie inside the chunk and ``out`` (checked in C before anything is
         read), or the arguments disagree.
-    MemoryError
-        If the scratch buffers (``cap`` plus the chunk's bytes) cannot be allocated.
     """
     entry = _entry()
     assert entry is not None, "read_boxes needs available()"
@@ -255,6 +264,14 @@ def read_boxes(
     blob = b"\0".join(paths) + b"\0"
     if cap < 1 or blob.count(b"\0") != max(n, 1):
         raise ValueError("read_boxes: cap must be >= 1 and paths free of NUL bytes")
+    nbytes = itemsize * math.prod(chunk_shape)
+    if (
+        scratch.dtype != np.uint8
+        or not scratch.flags.c_contiguous
+        or not scratch.flags.writeable
+        or scratch.nbytes < cap + nbytes
+    ):
+        raise ValueError(f"read_boxes: scratch must be {cap + nbytes} writable contiguous bytes")
     if not n:
         return np.zeros(0, np.int64)
     # One block for the small arguments (chunk shape, out shape, out strides) and the statuses:
@@ -266,14 +283,12 @@ def read_boxes(
     base = address(block)
     boxes = np.ascontiguousarray(boxes)  # held here: the helper reads it during the call
     placed = entry.helper.cz_read_zstd_boxes(
-        _thread_dctx(entry), entry.decompress, entry.is_error, n, blob, cap,
-        itemsize * math.prod(chunk_shape), ndim, itemsize, base,
-        address(boxes), int(out.ctypes.data), base + 8 * 3 * ndim,
+        _thread_dctx(entry), entry.decompress, entry.is_error, n, blob, cap, nbytes, ndim,
+        itemsize, base, address(boxes), int(out.ctypes.data), address(scratch),
+        int(streaming), base + 8 * 3 * ndim,
     )
     if placed == -2:
         raise ValueError("read_boxes: a box lies outside its chunk or the output")
-    if placed == -3:
-        raise MemoryError("read_boxes: no memory for the scratch buffers")
     if placed < 0:
         raise ValueError("read_boxes: the helper refused its arguments")
     return block[3 * ndim :]

@@ -7,9 +7,10 @@ is decoded straight into it (an uncompressed one read straight into it), any oth
 scratch chunk and copied once. Many small zstd chunks go in batches (16 to 128 chunks, two
 batches per thread at least: :func:`~cuzarr.backends.cpu.read_batch_size`): from local files,
 read, decoded and copied into the output in one call into C (:meth:`Backend.read_batch`),
-else fetched and decoded in one GIL-free call. Remote stores are read in batches of whole
-chunks, each batch one :meth:`~cuzarr.stores.base.ChunkStore.get_many` (its requests in flight
-together) and one decode (:func:`remote_batching`).
+else fetched and decoded in one GIL-free call. Larger zstd chunks of local files go to that
+call in groups (``Batching.placed``), what it leaves one chunk per task. Remote stores are
+read in batches of whole chunks, each batch one :meth:`~cuzarr.stores.base.ChunkStore.get_many`
+(its requests in flight together) and one decode (:func:`remote_batching`).
 On the GPU a whole wave is fetched (from a remote store in one ``get_many``, from a local one
 on the I/O threads) and decoded in one call.
 
@@ -126,19 +127,34 @@ def read_chunks(
             scatter(out, req, chunk, drop_axes)
         return True
 
+    def placed(batch: Sequence[int]) -> list[int]:
+        """The backend's own read of ``batch`` (on the CPU: read, decode and copy from C).
+
+        Per request 1 placed, 0 missing (filled here), -1 left to the caller.
+        """
+        got = backend.read_batch(
+            store,
+            codec,
+            [requests[i].key for i in batch],
+            [(requests[i].chunk_selection, requests[i].out_selection) for i in batch],
+            out,
+            stream=stream,
+        )
+        if got is None:
+            return [-1] * len(batch)
+        for i, status in zip(batch, got, strict=True):
+            if status == 0:
+                out[requests[i].out_selection] = ctx.fill
+        return got
+
     if len(requests) == 1:  # chunk by chunk reads: no planning of batches
-        req = requests[0]
         if not raw and not drop_axes:
-            # A batch of one where the backend places chunks itself (small zstd chunks of local
+            # A batch of one where the backend places chunks itself (zstd chunks of local
             # files on the CPU: one call into C instead of a read, a decode and a copy).
-            placed = backend.read_batch(
-                store, codec, [req.key], [(req.chunk_selection, req.out_selection)], out
-            )
-            if placed is not None and placed[0] >= 0:
-                if placed[0] == 0:
-                    out[req.out_selection] = ctx.fill
-                return [placed[0] == 1]
-        return [one(req)]
+            status = placed((0,))[0]
+            if status >= 0:
+                return [status == 1]
+        return [one(requests[0])]
     batching = backend.batching(
         codec, len(requests), remote=store.caps.remote, op="read", threads=ctx.settings.n_threads
     )
@@ -147,6 +163,16 @@ def read_chunks(
     remote_batches = False
     if batching.size == 1 and batching.parallel:
         if not store.caps.remote:
+            if batching.placed and not drop_axes:
+                # Groups placed by the backend, what it leaves read one at a time.
+                def group(batch: Sequence[int]) -> list[bool]:
+                    return [
+                        one(requests[i]) if status < 0 else status == 1
+                        for i, status in zip(batch, placed(batch), strict=True)
+                    ]
+
+                groups = parallel_map(group, list(waves(range(len(requests)), batching.placed)), io)
+                return [present for g in groups for present in g]
             return parallel_map(one, requests, io)
         batching, threads = remote_batching(ctx, len(requests), io)
         remote_batches = True
@@ -162,25 +188,14 @@ def read_chunks(
     def run(batch: Sequence[int]) -> None:
         if batching.parallel and not drop_axes:
             # The backend's own batched read first (on the CPU: read, decode and copy from C).
-            placed = backend.read_batch(
-                store,
-                codec,
-                [requests[i].key for i in batch],
-                [(requests[i].chunk_selection, requests[i].out_selection) for i in batch],
-                out,
-            )
-            if placed is not None:
-                rest: list[int] = []
-                for i, status in zip(batch, placed, strict=True):
-                    if status == 1:
-                        results[i] = True
-                    elif status == 0:
-                        out[requests[i].out_selection] = ctx.fill
-                    else:
-                        rest.append(i)
-                if not rest:
-                    return
-                batch = rest
+            rest: list[int] = []
+            for i, status in zip(batch, placed(batch), strict=True):
+                if status < 0:
+                    rest.append(i)
+                results[i] = status == 1
+            if not rest:
+                return
+            batch = rest
         if batching.parallel:
             raws = store.get_many([requests[i].key for i in batch], hint)
         else:

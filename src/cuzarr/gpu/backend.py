@@ -160,6 +160,8 @@ class GpuBackend:
         keys: Sequence[str],
         selections: Sequence[tuple[Any, Any]],
         out: Any,
+        *,
+        stream: bool = False,
     ) -> list[int] | None:
         """Not here: waves are fetched and decoded in one call (:meth:`fetch`, :meth:`decode`)."""
         return None
