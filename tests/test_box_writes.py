@@ -200,6 +200,76 @@ def test_partial_writes_take_only_the_chunks_they_cover_whole(
     assert box == general
 
 
+EDGE_CHAINS: dict[str, dict[str, Any]] = {
+    "raw": {"compressors": None},
+    "blosc": {"compressors": BloscCodec(cname="lz4", shuffle="shuffle")},
+    "zstd": {"compressors": ZstdCodec(level=3)},
+}
+
+
+@pytest.mark.parametrize("chain", sorted(EDGE_CHAINS))
+@pytest.mark.parametrize(
+    ("region", "boxed"),
+    [
+        (Ellipsis, 5 * 3 * 3),  # every chunk: 4 x 2 x 2 whole, the rest past an edge
+        ((slice(16, 37), slice(None), slice(8, 9)), 3 * 3),  # edge chunks only, to the end
+        ((slice(16, 36), slice(None), slice(None)), 2 * 3 * 3),  # the last row not covered
+    ],
+)
+def test_chunks_past_the_edge_are_the_general_paths_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chain: str, region: Any, boxed: int
+) -> None:
+    """Chunks a write covers that reach past the array's edge (the fill value where the array
+    ends) are stored from C too, as the general path's merged chunks byte for byte."""
+    rng = np.random.default_rng(3)
+    shape = (37, 23, 9)
+    value = (rng.integers(0, 50, shape) * 7).astype("<u2")[region]
+    box, general, sizes = _write_both(
+        tmp_path, monkeypatch, value, (8, 8, 4), region=region, shape=shape,
+        **EDGE_CHAINS[chain],
+    )
+    assert sum(sizes) == boxed
+    assert box == general
+    want = np.zeros(shape, "<u2")
+    want[region] = value
+    with zarr.config.set({"codec_pipeline.path": BLOSC}):
+        np.testing.assert_array_equal(zarr.open_array(LocalStore(tmp_path / "box"))[...], want)
+
+
+def test_chunks_past_the_edge_of_the_fill_value_are_deleted(tmp_path: Path) -> None:
+    root = tmp_path / "a"
+    zarr.create_array(
+        LocalStore(root), shape=(5, 7), chunks=(2, 3), dtype="int8", fill_value=7,
+        compressors=ZstdCodec(),
+    )
+    arr = cuzarr.open(root, mode="r+")
+    arr[...] = np.arange(35, dtype="int8").reshape(5, 7)
+    assert len(_files(root)) == 3 * 3 + 1
+    value = np.full((5, 7), 7, "int8")
+    value[4, 6] = 1  # in the corner chunk, past both edges
+    arr[...] = value
+    assert sorted(_files(root)) == ["c/2/2", "zarr.json"]
+    np.testing.assert_array_equal(arr[...], value)
+    kept = cuzarr.open(root, mode="r+", write_empty_chunks=True)
+    kept[...] = np.full((5, 7), 7, "int8")
+    assert len(_files(root)) == 3 * 3 + 1
+    with zarr.config.set({"codec_pipeline.path": BLOSC}):
+        np.testing.assert_array_equal(zarr.open_array(LocalStore(root))[...], np.full((5, 7), 7))
+
+
+def test_dropped_axes_past_the_edge_take_the_general_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(4)
+    value = rng.integers(0, 99, (23, 9)).astype("<u2")
+    region = (36, slice(None), slice(None))  # one row of the last (edge) row of chunks
+    box, general, sizes = _write_both(
+        tmp_path, monkeypatch, value, (8, 8, 4), region=region, shape=(37, 23, 9),
+        compressors=ZstdCodec(),
+    )
+    assert sizes == [] and box == general
+
+
 def test_chunks_of_the_fill_value_are_deleted(tmp_path: Path) -> None:
     root = tmp_path / "a"
     zarr.create_array(

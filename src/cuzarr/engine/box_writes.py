@@ -12,6 +12,10 @@ released for the batch. The bytes stored are the general path's (the same copy, 
 c-blosc call with numcodecs' arguments, the same libzstd and parameters as the general path's
 ``Settings.zstd_encoder``); chunks equal to the fill value are deleted by zarr's rule first, and a
 chunk the C call did not write is written the general way after it, which names what failed.
+
+Chunks a write covers but that extend past the array's edge (partial edge chunks) are the
+general path's merged chunks: the fill value with the value written in (:func:`put_padded`
+builds them for a batch in one buffer), then encoded and stored by the same call into C.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from cuzarr.engine.context import ArrayContext
 from cuzarr.engine.requests import ChunkRequest
 from cuzarr.stores.base import BoxBatch, ChunkStore
 
-__all__ = ["BOX_BATCH", "BoxPlan", "box_batching", "box_plan", "put_whole"]
+__all__ = ["BOX_BATCH", "BoxPlan", "box_batching", "box_plan", "put_padded", "put_whole"]
 
 #: Most chunks one task encodes and stores in one call. Measured in one process, 2 threads,
 #: tmpfs: one call per chunk costs ~80 us of Python per 512 KiB chunk; writes of 512 chunks
@@ -142,3 +146,45 @@ def put_whole(
         batch = BoxBatch(value, starts, ctx.codec.shape, plan.compressor, min(helpers, MAX_HELPERS))
         left += [boxes[i] for i in store.put_boxes([r.key for r in boxes], batch)]
     return left
+
+
+def put_padded(
+    ctx: ArrayContext,
+    store: ChunkStore,
+    plan: BoxPlan,
+    reqs: Sequence[ChunkRequest],
+    value: Any,
+    write_empty_chunks: bool,
+    helpers: int = 0,
+) -> list[ChunkRequest]:
+    """Store chunks the write covers whose part inside the array is smaller than the chunk.
+
+    Each is the general path's merge of a chunk not read first (``write.merge``): the fill
+    value with the value's part written in, here built in one buffer for the batch (chunk
+    ``k`` along its first axis at ``k`` times the chunk's extent), then deleted where it
+    equals the fill value (zarr's rule, unless ``write_empty_chunks``) or encoded and written
+    by one :meth:`ChunkStore.put_boxes` call, as :func:`put_whole` writes whole chunks. Each
+    request must be ``complete`` with no dropped axes (``value`` has the chunk's dimensions).
+    Returns the requests not handled here, for the caller to write the general way.
+    """
+    if not reqs:
+        return []
+    codec, backend, fill = ctx.codec, ctx.backend, ctx.fill
+    shape = codec.shape
+    first = shape[0]
+    stack = backend.full((len(reqs) * first, *shape[1:]), fill, codec.dtype)
+    boxes: list[ChunkRequest] = []
+    starts: list[tuple[int, ...]] = []
+    rest = (0,) * (len(shape) - 1)
+    for k, r in enumerate(reqs):
+        chunk = stack[k * first : (k + 1) * first]
+        chunk[r.chunk_selection] = value[r.out_selection]
+        if not write_empty_chunks and backend.all_equal(chunk, fill):
+            store.delete(r.key)
+        else:
+            boxes.append(r)
+            starts.append((k * first, *rest))
+    if not boxes:
+        return []
+    batch = BoxBatch(stack, starts, shape, plan.compressor, min(helpers, MAX_HELPERS))
+    return [boxes[i] for i in store.put_boxes([r.key for r in boxes], batch)]

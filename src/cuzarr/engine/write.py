@@ -32,7 +32,7 @@ from cuzarr.backends.pool import parallel_map
 from cuzarr.codecs.base import Buf
 from cuzarr.codecs.chain import ChunkCodec
 from cuzarr.codecs.sharding.format import EMPTY, InnerSources
-from cuzarr.engine.box_writes import box_batching, box_plan, put_whole
+from cuzarr.engine.box_writes import box_batching, box_plan, put_padded, put_whole
 from cuzarr.engine.context import ArrayContext, run_batches, waves
 from cuzarr.engine.locks import write_locks
 from cuzarr.engine.requests import ChunkRequest
@@ -157,7 +157,14 @@ def write_chunks(
     # The requests whose chunk the value covers whole (by identity: worked out once).
     covered = {id(r) for r in requests if _whole_chunk(ctx, r, value)}
     boxes = box_plan(ctx, store, value)
-    if boxes is not None and batching == EACH and all(id(r) in covered for r in requests):
+    # Chunks the write covers that reach past the array's edge: merged with the fill value and
+    # stored from C too (box_writes.put_padded), where the value has the chunk's dimensions.
+    padded = boxes is not None and not drop_axes and value.ndim == len(codec.shape)
+    if (
+        boxes is not None
+        and batching == EACH
+        and all(id(r) in covered or (padded and r.complete) for r in requests)
+    ):
         batching = box_batching(len(requests), io)
 
     # A write in one batch runs on the calling thread: the C call may lend it the others.
@@ -175,6 +182,11 @@ def write_chunks(
             blobs = encode_kept([value[r.out_selection] for r in whole])
             with write_locks(store, [r.key for r in whole]):
                 put_all(whole, blobs, [_WHOLE] * len(whole))
+        edges = [r for r in rest if r.complete] if padded else []
+        if edges and boxes is not None:
+            with write_locks(store, [r.key for r in edges]):
+                left = put_padded(ctx, store, boxes, edges, value, write_empty_chunks, helpers)
+            rest = [r for r in rest if not r.complete] + left
         if not rest:
             return
         # Read-modify-write under the chunks' locks: concurrent writers in this process (and
