@@ -20,6 +20,7 @@ import cuzarr
 from cuzarr.backends import cpu as cpu_backend
 from cuzarr.errors import CorruptChunkError
 from cuzarr.testing import assert_same_array, use_pipeline
+from read_boxes_calls import record_read_boxes
 
 C_BATCHES = cpu_backend.zstd_batch.available()
 
@@ -48,20 +49,6 @@ def _store(tmp_path: Path, layout: str) -> tuple[Path, np.ndarray]:
     return path, data
 
 
-def _spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, bool]]:
-    """Per C call: (chunks asked, chunks placed, streaming)."""
-    calls: list[tuple[int, int, bool]] = []
-    real = cpu_backend.zstd_batch.read_boxes
-
-    def spy(paths: Any, *args: Any, streaming: bool = False) -> Any:
-        status = real(paths, *args, streaming=streaming)
-        calls.append((len(paths), int((status == 1).sum()), streaming))
-        return status
-
-    monkeypatch.setattr(cpu_backend.zstd_batch, "read_boxes", spy)
-    return calls
-
-
 SELECTIONS: list[Any] = [
     np.s_[...],
     np.s_[1:11, 5:250, 3:509],
@@ -79,7 +66,7 @@ def test_large_chunks_equal_zarr(
     path, data = _store(tmp_path, layout)
     a = cuzarr.open(path)
     assert isinstance(a, cuzarr.Array)
-    calls = _spy(monkeypatch)
+    seen = record_read_boxes(monkeypatch)
     for selection in SELECTIONS:
         want = data[selection]
         assert_same_array(a[selection], want, msg=repr(selection))
@@ -91,16 +78,16 @@ def test_large_chunks_equal_zarr(
         for selection in SELECTIONS:
             assert_same_array(z[selection], data[selection], msg=repr(selection))
     if not C_BATCHES:
-        assert calls == []
+        assert seen.calls == []
         return
-    assert sum(placed for _, placed, _ in calls) > 0
+    assert sum(seen.placed) > 0
     # Whole reads ask in calls of placed_batch_size chunks (the last one may be short).
-    calls.clear()
+    seen.calls.clear()
     a[...]
     shape, chunks = LAYOUTS[layout]
     n = int(np.prod([-(-s // c) for s, c in zip(shape, chunks, strict=True)]))
     size = cpu_backend.placed_batch_size(n, 2 * int(np.prod(chunks)), a.settings.n_threads)
-    assert max(asked for asked, _, _ in calls) == size
+    assert max(seen.asked) == size
 
 
 def test_streaming_only_into_large_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,12 +96,12 @@ def test_streaming_only_into_large_outputs(tmp_path: Path, monkeypatch: pytest.M
     path, data = _store(tmp_path, "boxes")
     a = cuzarr.open(path)
     assert isinstance(a, cuzarr.Array)
-    calls = _spy(monkeypatch)
+    seen = record_read_boxes(monkeypatch)
     assert_same_array(a[...], data)  # 6 MiB: streamed
-    assert calls and all(streaming for _, _, streaming in calls)
-    calls.clear()
+    assert seen.calls and all(seen.streaming)
+    seen.calls.clear()
     assert_same_array(a[0:4, 0:128, 0:512], data[0:4, 0:128, 0:512])  # 512 KiB: not
-    assert calls and not any(streaming for _, _, streaming in calls)
+    assert seen.calls and not any(seen.streaming)
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "too-long"])

@@ -19,6 +19,7 @@ import cuzarr
 from cuzarr.backends import cpu as cpu_backend
 from cuzarr.errors import CorruptChunkError
 from cuzarr.testing import assert_same_array, use_pipeline
+from read_boxes_calls import record_read_boxes
 
 #: Whether small zstd chunks are placed from C here (the batch helper is built): the tests
 #: below check values either way, and that the C batches are taken only where they exist.
@@ -61,20 +62,6 @@ def _uses_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def _uses_c_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Chunks placed per C batch (``zstd_batch.read_boxes`` as the CPU backend calls it)."""
-    placed: list[int] = []
-    real = cpu_backend.zstd_batch.read_boxes
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        status = real(*args, **kwargs)
-        placed.append(int((status == 1).sum()))
-        return status
-
-    monkeypatch.setattr(cpu_backend.zstd_batch, "read_boxes", spy)
-    return placed
-
-
 SELECTIONS: list[Any] = [
     np.s_[...],
     np.s_[1:39, 3:35, 2:19],
@@ -95,7 +82,7 @@ def test_batched_reads_equal_zarr(
     a = cuzarr.open(path)
     assert isinstance(a, cuzarr.Array)
     calls = _uses_batches(monkeypatch)
-    placed = _uses_c_batches(monkeypatch)
+    seen = record_read_boxes(monkeypatch)
     threads = a.settings.n_threads
     for selection in SELECTIONS:
         calls.clear()
@@ -110,9 +97,9 @@ def test_batched_reads_equal_zarr(
     # Box selections go to the C batches, sized for the 450 chunks of ``...`` (the first
     # batches all stored).
     if C_BATCHES:
-        assert placed and max(placed) == cpu_backend.read_batch_size(450, threads)
+        assert seen.placed and max(seen.placed) == cpu_backend.read_batch_size(450, threads)
     else:
-        assert placed == []
+        assert seen.placed == []
     # The zarr pipeline path (integer axes dropped by zarr's indexer) agrees too.
     with use_pipeline("cuzarr"):
         z = zarr.open_array(zarr.storage.LocalStore(path), mode="r")
@@ -261,19 +248,19 @@ def test_c_batches_place_boxes_into_any_output(
     expected = data[selection]
     out = make_out(expected.shape, data.dtype)
     out[...] = 12345  # anything left unwritten shows
-    placed = _uses_c_batches(monkeypatch)
+    seen = record_read_boxes(monkeypatch)
     got = a.read(selection, out=out)
     assert got is out
     assert_same_array(out, expected)
     if expected.size >= 2 * cpu_backend.ZSTD_BATCH * 64:
-        assert (placed and sum(placed) > 0) if C_BATCHES else placed == []
+        assert (seen.placed and sum(seen.placed) > 0) if C_BATCHES else seen.placed == []
 
 
 def test_c_batches_equal_zarr_through_the_pipeline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, data = _store(tmp_path)
-    placed = _uses_c_batches(monkeypatch)
+    seen = record_read_boxes(monkeypatch)
     with use_pipeline("cuzarr"):
         z = zarr.open_array(zarr.storage.LocalStore(path), mode="r")
         assert_same_array(z[...], data)
@@ -281,17 +268,17 @@ def test_c_batches_equal_zarr_through_the_pipeline(
     with use_pipeline("zarr"):
         reference = zarr.open_array(zarr.storage.LocalStore(path), mode="r")[...]
     assert_same_array(reference, data)
-    assert (placed and sum(placed) > 0) if C_BATCHES else placed == []
+    assert (seen.placed and sum(seen.placed) > 0) if C_BATCHES else seen.placed == []
 
 
 def test_without_c_batches_the_same_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path, data = _store(tmp_path)
-    placed = _uses_c_batches(monkeypatch)
+    seen = record_read_boxes(monkeypatch)
     monkeypatch.setattr(cpu_backend.zstd_batch, "available", lambda: False)
     calls = _uses_batches(monkeypatch)
     assert_same_array(cuzarr.open(path)[...], data)
     threads = cuzarr.Settings().n_threads
-    assert placed == [] and calls and max(calls) == cpu_backend.read_batch_size(450, threads)
+    assert seen.placed == [] and calls and max(calls) == cpu_backend.read_batch_size(450, threads)
 
 
 def test_c_batches_leave_odd_chunks_to_the_general_path(tmp_path: Path) -> None:
@@ -419,7 +406,7 @@ def test_c_batches_place_strided_selections(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, selection: Any
 ) -> None:
     path, data = _store(tmp_path)
-    placed = _uses_c_batches(monkeypatch)
+    seen = record_read_boxes(monkeypatch)
     a = cuzarr.open(path)
     assert isinstance(a, cuzarr.Array)
     assert_same_array(a[selection], data[selection])
@@ -432,7 +419,7 @@ def test_c_batches_place_strided_selections(
             assert_same_array(z[selection], data[selection])
     if selection == np.s_[::2]:
         # Steps in the chunk are placed from C.
-        assert (placed and sum(placed) > 0) if C_BATCHES else placed == []
+        assert (seen.placed and sum(seen.placed) > 0) if C_BATCHES else seen.placed == []
 
 
 def test_file_paths_check_keys_and_other_stores_refuse(tmp_path: Path) -> None:

@@ -142,10 +142,7 @@ def put_whole(
         else:
             boxes.append(r)
             starts.append(start)
-    if boxes:
-        batch = BoxBatch(value, starts, ctx.codec.shape, plan.compressor, min(helpers, MAX_HELPERS))
-        left += [boxes[i] for i in store.put_boxes([r.key for r in boxes], batch)]
-    return left
+    return left + _put_boxes(store, plan, value, boxes, starts, ctx.codec.shape, helpers)
 
 
 def put_padded(
@@ -184,7 +181,23 @@ def put_padded(
         else:
             boxes.append(r)
             starts.append((k * first, *rest))
+    return _put_boxes(store, plan, stack, boxes, starts, shape, helpers)
+
+
+def _put_boxes(
+    store: ChunkStore,
+    plan: BoxPlan,
+    array: Any,
+    boxes: Sequence[ChunkRequest],
+    starts: Sequence[tuple[int, ...]],
+    shape: tuple[int, ...],
+    helpers: int,
+) -> list[ChunkRequest]:
+    """Encode and write each of ``boxes`` (its chunk at ``starts`` of ``array``) in one call.
+
+    Returns the requests the store did not write.
+    """
     if not boxes:
         return []
-    batch = BoxBatch(stack, starts, shape, plan.compressor, min(helpers, MAX_HELPERS))
+    batch = BoxBatch(array, starts, shape, plan.compressor, min(helpers, MAX_HELPERS))
     return [boxes[i] for i in store.put_boxes([r.key for r in boxes], batch)]
