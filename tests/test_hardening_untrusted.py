@@ -253,6 +253,35 @@ def test_blosc_header_claiming_huge_size_is_refused_before_allocation(tmp_path: 
     assert peak < PEAK_LIMIT
 
 
+@pytest.mark.parametrize("damage", ["empty", "short", "cut", "cbytes"])
+@pytest.mark.parametrize("chain", ["direct", "transpose"])
+def test_blosc_frame_shorter_than_its_header_says_is_refused(
+    tmp_path: Path, damage: str, chain: str
+) -> None:
+    # c-blosc reads as far as the header's compressed size, whatever the buffer's length: a
+    # chunk file read into a thread's reused buffer after a longer one decoded that one's bytes.
+    codecs = [{"name": "bytes", "configuration": {"endian": "little"}},
+              {"name": "blosc", "configuration": {"cname": "zstd", "clevel": 3,
+                                                  "shuffle": "shuffle", "typesize": 8,
+                                                  "blocksize": 0}}]
+    if chain == "transpose":
+        codecs.insert(0, {"name": "transpose", "configuration": {"order": [1, 0]}})
+    doc = _v3_doc(codecs, [128, 64], [64, 64])
+    good = np.arange(64 * 64, dtype="<f8").reshape(64, 64)
+    stored = good.T.copy() if chain == "transpose" else good
+    frame = bytes(numcodecs.Blosc(cname="zstd", clevel=3).encode(stored))
+    bad = {"empty": b"", "short": frame[:12], "cut": frame[: len(frame) // 2],
+           "cbytes": frame[:12] + (len(frame) + 64).to_bytes(4, "little") + frame[16:]}[damage]
+    _write_array(tmp_path, doc, {"c/0/0": frame, "c/1/0": bad})
+    a = cuzarr.open(tmp_path / "arr")
+    assert isinstance(a, cuzarr.Array)
+    np.testing.assert_array_equal(a[0:64], good)  # its bytes stay in the read buffer
+    with pytest.raises(CorruptChunkError, match=r"c/1/0"):
+        a[64:128]
+    with pytest.raises(CorruptChunkError, match=r"arr/c/1/0"):
+        _open(tmp_path)[64:128]
+
+
 COMPRESSORS: dict[str, Callable[[bytes], bytes]] = {
     "zlib": lambda b: zlib.compress(b),
     "bz2": lambda b: bz2.compress(b),

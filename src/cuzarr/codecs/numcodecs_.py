@@ -39,6 +39,7 @@ from cuzarr.errors import CorruptChunkError
 
 __all__ = [
     "NumcodecsArrayCodec",
+    "check_blosc_frame",
     "NumcodecsBytesCodec",
     "make_numcodec",
     "zstd_decode_many",
@@ -55,6 +56,31 @@ _SIZE_PARSERS: dict[str, Callable[[Buf], int | None]] = {
 
 #: numcodecs ids that are fixed-size checksums: id -> bytes added.
 _CHECKSUM_SIZES = {"crc32": 4, "crc32c": 4, "adler32": 4, "fletcher32": 4, "jenkins_lookup3": 4}
+
+
+def check_blosc_frame(data: Buf, name: str) -> None:
+    """Refuse a Blosc frame shorter than its 16-byte header or than the size that header gives.
+
+    c-blosc (through numcodecs) reads the header, then the blocks where the header's offsets
+    point, trusting its compressed size without knowing the buffer's: a shorter buffer is read
+    past its end (a chunk file read into a reused buffer then decodes what an earlier, longer
+    chunk left there). Bytes after the frame are ignored, as numcodecs ignores them.
+
+    Raises
+    ------
+    CorruptChunkError
+        If ``data`` is shorter than 16 bytes or than the header's compressed size.
+    """
+    mv = memoryview(data).cast("B")
+    if len(mv) < 16:
+        raise CorruptChunkError(
+            f"{name} frame of {len(mv)} bytes is shorter than its 16-byte header"
+        )
+    cbytes = int.from_bytes(mv[12:16], "little")
+    if cbytes > len(mv):
+        raise CorruptChunkError(
+            f"{name} frame header gives {cbytes} compressed bytes, the chunk holds {len(mv)}"
+        )
 
 
 class _Stream:
@@ -320,9 +346,12 @@ class NumcodecsBytesCodec:
         Raises
         ------
         CorruptChunkError
-            If the frame declares or decodes to another size, or to more than the bound.
+            If the frame declares or decodes to another size, or to more than the bound, or
+            is a Blosc frame shorter than its header says (:func:`check_blosc_frame`).
         """
         codec_id = self.codec.codec_id
+        if codec_id == "blosc":
+            check_blosc_frame(data, self.name)
         limit = size_hint if size_hint is not None else unsized_limit(self.max_chunk_nbytes)
         decoded: Buf
         stream = _STREAMS.get(codec_id)
@@ -372,6 +401,8 @@ class NumcodecsBytesCodec:
 
     def decode_into(self, data: Buf, out: npt.NDArray[np.uint8]) -> bool:
         """Decode straight into ``out`` when the frame declares exactly ``out``'s size."""
+        if self.codec.codec_id == "blosc":
+            check_blosc_frame(data, self.name)
         parser = _SIZE_PARSERS.get(self.codec.codec_id)
         if parser is None:
             return False
