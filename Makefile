@@ -22,7 +22,8 @@ NO_NATIVE_TESTS = tests/parity tests/test_api.py tests/test_chunk_by_chunk_reads
 	tests/test_zstd_batches.py tests/test_large_zstd_reads.py tests/test_inner_grids.py \
 	tests/test_shard_splice.py \
 	tests/test_local_replace.py tests/test_box_writes.py tests/test_batch_puts.py \
-	tests/test_light_chunks.py tests/test_hardening_untrusted.py tests/test_streaming_copy.py
+	tests/test_light_chunks.py tests/test_hardening_untrusted.py tests/test_streaming_copy.py \
+	tests/test_blosc_split_reads.py
 no-native: venv
 	CUZARR_NATIVE=0 CUZARR_REQUIRE_NATIVE=0 $(VENV)/python -m pytest -q $(NO_NATIVE_TESTS) $(ARGS)
 

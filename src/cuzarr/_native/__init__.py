@@ -46,7 +46,7 @@ __all__ = [
 
 LIBRARY = Path(__file__).with_name("libczbatch.so")
 #: The helper's ``cz_abi_version()``: a library built from another source is not used.
-ABI_VERSION = 20
+ABI_VERSION = 21
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -82,6 +82,10 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.cz_put_files.restype = _I64
     lib.cz_put_boxes.argtypes = [_P, ctypes.c_char_p]
     lib.cz_put_boxes.restype = _I64
+    lib.cz_read_blosc_split.argtypes = [_P, ctypes.c_char_p]
+    lib.cz_read_blosc_split.restype = _I64
+    lib.cz_split_reads.argtypes = []
+    lib.cz_split_reads.restype = _I64
 
 
 @functools.cache

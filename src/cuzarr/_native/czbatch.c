@@ -39,7 +39,7 @@ typedef int (*cz_compress_fn)(int, int, size_t, size_t, const void *, void *, si
                               const char *, size_t, int);
 
 /* The ABI version Python checks before using the library (bump on any signature change). */
-int cz_abi_version(void) { return 20; }
+int cz_abi_version(void) { return 21; }
 
 /*
  * Decompress n frames, frame i starting at src + src_offsets[i], into dest + dest_offsets[i]
@@ -307,6 +307,29 @@ static uint8_t *cz_whole_region(const int64_t *chunk_shape, int32_t ndim, int64_
 }
 
 /*
+ * Whether box (chunk start, out start, extent, chunk step; ndim values each) lies inside a
+ * chunk of chunk_shape and an output of out_shape: 0, else -1.
+ */
+static int cz_check_box(const int64_t *chunk_shape, const int64_t *out_shape, int32_t ndim,
+                        const int64_t *box)
+{
+    for (int32_t d = 0; d < ndim; d++) {
+        int64_t start = box[d], at = box[ndim + d], extent = box[2 * ndim + d];
+        int64_t step = box[3 * ndim + d];
+        /* Written so that no sum can overflow: every bound is checked before it is used.
+         * The last element taken, start + (extent - 1) * step, must be < the chunk's
+         * extent: (extent - 1) <= (chunk_shape - 1 - start) / step. */
+        if (start < 0 || at < 0 || extent < 0 || step < 1 || start > chunk_shape[d] ||
+            at > out_shape[d] || extent > out_shape[d] - at ||
+            (extent > 0 && (start >= chunk_shape[d] ||
+                            extent - 1 > (chunk_shape[d] - 1 - start) / step))) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/*
  * Read, decode and place n zstd chunks, each a file, in one call (the GIL released once for
  * every system call, decode and copy of the batch).
  *
@@ -341,19 +364,8 @@ int64_t cz_read_zstd_boxes(void *dctx, cz_zstd_decompress_fn decompress,
     const int64_t *chunk_shape = shapes, *out_shape = shapes + ndim;
     const int64_t *out_strides = shapes + 2 * (int64_t)ndim;
     for (int64_t i = 0; i < n; i++) {
-        const int64_t *box = boxes + i * 4 * (int64_t)ndim;
-        for (int32_t d = 0; d < ndim; d++) {
-            int64_t start = box[d], at = box[ndim + d], extent = box[2 * ndim + d];
-            int64_t step = box[3 * ndim + d];
-            /* Written so that no sum can overflow: every bound is checked before it is used.
-             * The last element taken, start + (extent - 1) * step, must be < the chunk's
-             * extent: (extent - 1) <= (chunk_shape - 1 - start) / step. */
-            if (start < 0 || at < 0 || extent < 0 || step < 1 || start > chunk_shape[d] ||
-                at > out_shape[d] || extent > out_shape[d] - at ||
-                (extent > 0 && (start >= chunk_shape[d] ||
-                                extent - 1 > (chunk_shape[d] - 1 - start) / step))) {
-                return -2;
-            }
+        if (cz_check_box(chunk_shape, out_shape, ndim, boxes + i * 4 * (int64_t)ndim) != 0) {
+            return -2;
         }
     }
     uint8_t *stored = scratch, *chunk = scratch + cap;
@@ -587,8 +599,24 @@ int64_t cz_put_files(int64_t n, const char *paths, const char *tag, int64_t firs
 typedef size_t (*cz_zstd_set_fn)(void *, int, int);
 typedef size_t (*cz_zstd_compress2_fn)(void *, void *, size_t, const void *, size_t);
 
+/* A helper thread's memory (cz_pool). */
+typedef struct cz_helper cz_helper;
+
+/*
+ * Work a call shares with the helpers it is lent (cz_pool): run is what a helper that takes a
+ * seat at it does (with its own memory h); the job's own fields follow (cz_boxes,
+ * cz_blosc_split start with this).
+ */
+typedef struct cz_job cz_job;
+struct cz_job {
+    void (*run)(cz_job *job, cz_helper *h);
+    int seated;                 /* helpers working on this job (under cz_pool.mu) */
+    int caller_cpu;             /* the CPU the caller opened the job on; -1: unknown */
+};
+
 /* One put_boxes call: its boxes, shared by the calling thread and the helpers it is lent. */
 typedef struct {
+    cz_job base;
     int64_t n;                  /* boxes */
     const char *const *paths;   /* each box's path */
     const char *tag, *suffix;   /* of the temporary names (cz_temp_name) */
@@ -607,8 +635,6 @@ typedef struct {
     int64_t *status;
     int64_t next;               /* the next box to take (__atomic) */
     int64_t failed;             /* boxes not written (__atomic) */
-    int seated;                 /* helpers working on this job (under cz_pool.mu) */
-    int caller_cpu;             /* the CPU the caller opened the job on; -1: unknown */
 } cz_boxes;
 
 /* A thread's memory for cz_boxes_run: a box in C order, a compressed box, a zstd context. */
@@ -704,18 +730,18 @@ static void cz_boxes_run(cz_boxes *job, const cz_tools *t)
 /* Helper memory kept between calls up to this size (as _native's _KEEP_SCRATCH). */
 #define CZ_KEEP_SCRATCH ((int64_t)16 << 20)
 
-typedef struct {
+struct cz_helper {
     cz_tools tools;
     int64_t scratch_size, packed_size;
     cz_zstd_create_fn create; /* the library that made tools.cctx, and its free */
     cz_zstd_free_fn release;
-} cz_helper;
+};
 
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t wake; /* a job has open seats */
     pthread_cond_t done; /* a job's last seated helper left */
-    cz_boxes *job;       /* the open job, or NULL */
+    cz_job *job;         /* the open job, or NULL */
     int seats;           /* helpers the open job may still take */
     int started;
     cz_helper helpers[CZ_HELPERS_MAX];
@@ -780,6 +806,15 @@ static int cz_helper_ready(cz_helper *h, const cz_boxes *job)
         h->release = (cz_zstd_free_fn)(intptr_t)job->fns[5];
     }
     return cz_zstd_prepare(job, h->tools.cctx);
+}
+
+/* A helper's part of a put_boxes job: boxes, with memory made ready for them. */
+static void cz_boxes_help(cz_job *base, cz_helper *h)
+{
+    cz_boxes *job = (cz_boxes *)base;
+    if (cz_helper_ready(h, job) == 0) {
+        cz_boxes_run(job, &h->tools);
+    }
 }
 
 /* Let go of memory above CZ_KEEP_SCRATCH after a job. */
@@ -878,15 +913,13 @@ static void *cz_helper_main(void *arg)
         while (cz_pool.job == NULL || cz_pool.seats == 0) {
             pthread_cond_wait(&cz_pool.wake, &cz_pool.mu);
         }
-        cz_boxes *job = cz_pool.job;
+        cz_job *job = cz_pool.job;
         cz_pool.seats--;
         job->seated++;
         pthread_mutex_unlock(&cz_pool.mu);
         cz_cpus kept;
         int moved = cz_leave_cpu(job->caller_cpu, &kept);
-        if (cz_helper_ready(h, job) == 0) {
-            cz_boxes_run(job, &h->tools);
-        }
+        job->run(job, h);
         if (moved) {
             cz_restore_cpus(&kept);
         }
@@ -900,7 +933,7 @@ static void *cz_helper_main(void *arg)
 }
 
 /* Open job to up to want helpers (made as needed): how many were called (0: runs alone). */
-static int cz_pool_open(cz_boxes *job, int want)
+static int cz_pool_open(cz_job *job, int want)
 {
     if (want <= 0) {
         return 0;
@@ -947,7 +980,7 @@ static int cz_pool_open(cz_boxes *job, int want)
 }
 
 /* Close job (no helper takes a seat at it after this) and wait for its seated ones to finish. */
-static void cz_pool_close(cz_boxes *job)
+static void cz_pool_close(cz_job *job)
 {
     pthread_mutex_lock(&cz_pool.mu);
     if (cz_pool.job == job) {
@@ -958,6 +991,238 @@ static void cz_pool_close(cz_boxes *job)
         pthread_cond_wait(&cz_pool.done, &cz_pool.mu);
     }
     pthread_mutex_unlock(&cz_pool.mu);
+}
+
+/* blosc_getitem(src, start, nitems, dest) of c-blosc 1 (thread-safe there: a context of its own
+ * per call). */
+typedef int (*cz_getitem_fn)(const void *, int, int, void *);
+
+/*
+ * One blosc chunk read by a call that has helpers to lend (cz_read_blosc_split): the box is cut
+ * into parts along its first axis longer than one element, at blosc block boundaries where it
+ * can be, and each part is taken by one thread (the caller or a helper), which decodes the
+ * chunk's bytes the part reads (blosc_getitem: only the blocks holding them) into the chunk's
+ * buffer and copies its part of the box from there, or straight into the output where the box
+ * is the whole chunk over a contiguous region of it (cz_whole_region). No thread reads bytes
+ * another decoded.
+ */
+typedef struct {
+    cz_job base;
+    cz_getitem_fn getitem;
+    const uint8_t *src;
+    uint8_t *chunk;             /* the decoded chunk (C order) */
+    uint8_t *whole;             /* the chunk's region of out where it is decoded in place */
+    const int64_t *chunk_shape, *box, *out_strides;
+    uint8_t *out;
+    int32_t ndim, axis;
+    int64_t itemsize, typesize; /* of an element, of blosc's items */
+    int streaming;
+    int64_t parts, cut[CZ_HELPERS_MAX + 2]; /* part p: box elements cut[p] .. cut[p+1] on axis */
+    int64_t prefix;             /* chunk bytes before the box's first element on axis */
+    int64_t axis_stride;        /* the chunk's byte stride along axis */
+    int64_t head, tail;         /* an axis element's first byte read, one past its last */
+    int64_t next;               /* the next part to take (__atomic) */
+    int64_t failed;             /* parts not placed (__atomic) */
+} cz_blosc_split;
+
+/* The chunk's bytes that box elements i0 .. i1 - 1 along s->axis read: [*lo, *hi). */
+static void cz_blosc_span(const cz_blosc_split *s, int64_t i0, int64_t i1, int64_t *lo,
+                          int64_t *hi)
+{
+    const int64_t *box = s->box, *step = box + 3 * s->ndim;
+    *lo = s->prefix + (box[s->axis] + i0 * step[s->axis]) * s->axis_stride + s->head;
+    *hi = s->prefix + (box[s->axis] + (i1 - 1) * step[s->axis]) * s->axis_stride + s->tail;
+}
+
+/* Take parts of s until none is left: decode what each reads, copy it into the output. */
+static void cz_blosc_split_run(cz_blosc_split *s)
+{
+    const int32_t nd = s->ndim, ax = s->axis;
+    const int64_t *box = s->box;
+    int64_t start[CZ_MAX_DIMS], at[CZ_MAX_DIMS], extent[CZ_MAX_DIMS];
+    memcpy(start, box, (size_t)nd * sizeof *start);
+    memcpy(at, box + nd, (size_t)nd * sizeof *at);
+    memcpy(extent, box + 2 * nd, (size_t)nd * sizeof *extent);
+    const int64_t *step = box + 3 * nd;
+    int64_t failed = 0;
+    for (;;) {
+        int64_t p = __atomic_fetch_add(&s->next, 1, __ATOMIC_RELAXED);
+        if (p >= s->parts) {
+            break;
+        }
+        int64_t i0 = s->cut[p], i1 = s->cut[p + 1], lo, hi;
+        cz_blosc_span(s, i0, i1, &lo, &hi);
+        int64_t items = (hi - lo) / s->typesize;
+        uint8_t *dst = (s->whole != NULL ? s->whole : s->chunk) + lo;
+        if (s->getitem(s->src, (int)(lo / s->typesize), (int)items, dst) != hi - lo) {
+            failed++;
+            continue;
+        }
+        if (s->whole != NULL) {
+            continue;
+        }
+        start[ax] = box[ax] + i0 * step[ax];
+        at[ax] = box[nd + ax] + i0;
+        extent[ax] = i1 - i0;
+        cz_copy_box(s->chunk, s->chunk_shape, nd, s->itemsize, start, at, extent, step, s->out,
+                    s->out_strides, s->streaming);
+    }
+#if defined(__SSE2__)
+    if (s->streaming) {
+        _mm_sfence();
+    }
+#endif
+    __atomic_fetch_add(&s->failed, failed, __ATOMIC_RELAXED);
+}
+
+/* A helper's part of a split blosc read. */
+static void cz_blosc_split_help(cz_job *base, cz_helper *h)
+{
+    (void)h;
+    cz_blosc_split_run((cz_blosc_split *)base);
+}
+
+/* Chunks read split (for tests: cz_split_reads). */
+static int64_t cz_splits;
+
+/* How many chunks cz_read_blosc_split has read with its parts on several threads. */
+int64_t cz_split_reads(void) { return __atomic_load_n(&cz_splits, __ATOMIC_RELAXED); }
+
+/* cz_read_blosc_split's block: its integer arguments, then its arrays, one int64 each. */
+enum {
+    CZ_BS_GETITEM, CZ_BS_CAP, CZ_BS_NBYTES, CZ_BS_NDIM, CZ_BS_ITEMSIZE, CZ_BS_SCRATCH, CZ_BS_OUT,
+    CZ_BS_STREAMING, CZ_BS_HELPERS, CZ_BS_HEAD
+};
+
+/*
+ * Read the blosc 1 chunk in the file path (one frame of a C-ordered chunk of nbytes bytes), and
+ * copy a box of it into out, its decoding and copying shared by the calling thread and up to
+ * helpers of this library's helper threads (see cz_blosc_split). block holds the CZ_BS_*
+ * integers (blosc_getitem's address; cap: a file of cap bytes or more is left to the caller;
+ * scratch: cap + nbytes bytes, the stored chunk then the decoded one; streaming as
+ * cz_read_zstd_boxes'), then chunk_shape[ndim], out_shape[ndim], out_strides[ndim] and the box
+ * (chunk start, out start, extent, chunk step; ndim values each, as cz_read_zstd_boxes').
+ * The frame is checked as cuzarr.codecs.blosc_batch checks one (its header's compressed size is
+ * the file's, its decoded size nbytes) before anything is decoded. Returns 1 placed, 0 the file
+ * does not exist, -1 not done here (another error, a file too large, a frame that is not one
+ * or does not decode, a block size the parts cannot be cut at: the caller reads the chunk the
+ * general way; the box's region of out may have been written), -2 arguments it refuses or a
+ * box outside the chunk or the output (nothing done).
+ */
+int64_t cz_read_blosc_split(const int64_t *block, const char *path)
+{
+    int64_t ndim = block[CZ_BS_NDIM], nbytes = block[CZ_BS_NBYTES], cap = block[CZ_BS_CAP];
+    int64_t itemsize = block[CZ_BS_ITEMSIZE];
+    if (ndim < 1 || ndim > CZ_MAX_DIMS || nbytes < 1 || cap < 17 || itemsize < 1 ||
+        block[CZ_BS_HELPERS] < 0 || block[CZ_BS_GETITEM] == 0 || nbytes > INT32_MAX) {
+        return -2;
+    }
+    const int64_t *chunk_shape = block + CZ_BS_HEAD, *out_shape = chunk_shape + ndim;
+    const int64_t *out_strides = out_shape + ndim, *box = out_strides + ndim;
+    if (cz_check_box(chunk_shape, out_shape, (int32_t)ndim, box) != 0) {
+        return -2;
+    }
+    uint8_t *stored = (uint8_t *)(intptr_t)block[CZ_BS_SCRATCH];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return errno == ENOENT || errno == ENOTDIR ? 0 : -1;
+    }
+    ssize_t got;
+    do {
+        got = read(fd, stored, (size_t)cap);
+    } while (got < 0 && errno == EINTR);
+    close(fd);
+    if (got < 16 || got >= cap) {
+        return -1;
+    }
+    /* blosc 1's header: version, versionlz, flags, typesize, then nbytes, blocksize, cbytes. */
+    uint32_t head[3];
+    memcpy(head, stored + 4, sizeof head); /* little-endian, as the machines cuzarr builds on */
+    int64_t typesize = stored[3], blocksize = head[1];
+    if (head[0] != (uint32_t)nbytes || head[2] != (uint32_t)got || typesize < 1 ||
+        blocksize < 1 || blocksize % typesize != 0 || blocksize % itemsize != 0) {
+        return -1;
+    }
+    cz_blosc_split s = {
+        .getitem = (cz_getitem_fn)(intptr_t)block[CZ_BS_GETITEM], .src = stored,
+        .chunk = stored + cap, .chunk_shape = chunk_shape, .box = box, .out_strides = out_strides,
+        .out = (uint8_t *)(intptr_t)block[CZ_BS_OUT], .ndim = (int32_t)ndim, .axis = -1,
+        .itemsize = itemsize, .typesize = typesize, .streaming = (int)block[CZ_BS_STREAMING],
+    };
+    int64_t strides[CZ_MAX_DIMS];
+    cz_c_strides(chunk_shape, (int32_t)ndim, itemsize, strides);
+    s.whole = cz_whole_region(chunk_shape, (int32_t)ndim, itemsize, box, s.out, out_strides);
+    for (int32_t d = 0; d < ndim; d++) {
+        int64_t extent = box[2 * ndim + d];
+        if (extent == 0) {
+            return 1; /* nothing to copy */
+        }
+        if (s.axis < 0 && (extent > 1 || d == ndim - 1)) {
+            s.axis = d;
+        } else if (s.axis < 0) {
+            s.prefix += box[d] * strides[d];
+        }
+    }
+    s.axis_stride = strides[s.axis];
+    /* Within an element along the axis, the box reads from head to tail (C order). */
+    s.tail = itemsize;
+    for (int32_t d = (int32_t)ndim - 1; d > s.axis; d--) {
+        s.head += box[d] * strides[d];
+        s.tail += (box[d] + (box[2 * ndim + d] - 1) * box[3 * ndim + d]) * strides[d];
+    }
+    /* Parts: one per thread, each cut at the element that costs least: a block decoded twice
+     * (the cut's first byte inside a block: both sides decode it) or elements away from an
+     * even share, in bytes. */
+    int64_t want = 1 + (block[CZ_BS_HELPERS] < CZ_HELPERS_MAX ? block[CZ_BS_HELPERS]
+                                                                : CZ_HELPERS_MAX);
+    const int64_t total = box[2 * ndim + s.axis];
+    if (want > total) {
+        want = total;
+    }
+    s.cut[0] = 0;
+    s.parts = 0;
+    for (int64_t p = 1; p < want; p++) {
+        int64_t aim = total * p / want, best = aim, least = INT64_MAX;
+        for (int64_t i = s.cut[s.parts] + 1; i < total; i++) {
+            int64_t lo, hi;
+            cz_blosc_span(&s, i, i + 1, &lo, &hi);
+            int64_t cost = (lo % blocksize != 0 ? blocksize : 0) +
+                           (i > aim ? i - aim : aim - i) * s.axis_stride;
+            if (cost < least) {
+                least = cost;
+                best = i;
+            }
+        }
+        if (best > s.cut[s.parts] && best < total) {
+            s.cut[++s.parts] = best;
+        }
+    }
+    s.cut[++s.parts] = total;
+    /* Every part's span must start and end on blosc items (getitem's unit). */
+    for (int64_t p = 0; p < s.parts; p++) {
+        int64_t lo, hi;
+        cz_blosc_span(&s, s.cut[p], s.cut[p + 1], &lo, &hi);
+        if (lo % typesize != 0 || hi % typesize != 0 || hi > nbytes) {
+            return -1;
+        }
+    }
+    s.base.run = cz_blosc_split_help;
+    s.base.caller_cpu = cz_current_cpu();
+    int called = s.parts > 1 ? cz_pool_open(&s.base, (int)(s.parts - 1)) : 0;
+    if (called) {
+        sched_yield(); /* as put_boxes: a helper woken onto this CPU moves off it */
+    }
+    cz_blosc_split_run(&s);
+    if (called) {
+        cz_pool_close(&s.base);
+    }
+    if (s.failed) {
+        return -1;
+    }
+    if (s.parts > 1) {
+        __atomic_fetch_add(&cz_splits, 1, __ATOMIC_RELAXED);
+    }
+    return 1;
 }
 
 /* Most paths put_boxes keeps on its stack (more: one allocation). */
@@ -1033,14 +1298,15 @@ static int64_t put_boxes(int64_t n, const char *paths, const char *tag, int64_t 
         names[i] = path;
     }
     job.paths = names;
-    job.caller_cpu = cz_current_cpu();
-    int called = cz_pool_open(&job, n > 1 ? (int)(helpers < n - 1 ? helpers : n - 1) : 0);
+    job.base.run = cz_boxes_help;
+    job.base.caller_cpu = cz_current_cpu();
+    int called = cz_pool_open(&job.base, n > 1 ? (int)(helpers < n - 1 ? helpers : n - 1) : 0);
     if (called) {
         sched_yield(); /* a helper woken onto this CPU runs now, and moves off it (cz_leave_cpu) */
     }
     cz_boxes_run(&job, &mine);
     if (called) {
-        cz_pool_close(&job);
+        cz_pool_close(&job.base);
     }
     if (names != on_stack) {
         free(names);

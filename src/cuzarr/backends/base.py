@@ -203,6 +203,7 @@ class Backend(Protocol):
         out: Array,
         *,
         stream: bool = False,
+        helpers: int = 0,
     ) -> list[int] | None:
         """Fetch, decode and place a batch of chunks in one go, if this backend can.
 
@@ -210,7 +211,9 @@ class Backend(Protocol):
         decoded chunk's ``chunk_selection`` goes to ``out[out_selection]`` (no dropped axes).
         Called for batches run in parallel (``Batching.parallel``, ``Batching.placed``) and
         for reads of one chunk. ``stream``: large chunks may be written into ``out`` with
-        streaming stores (as ``DecodeItem.stream``). Returns per key 1: placed, 0: the chunk
+        streaming stores (as ``DecodeItem.stream``). ``helpers``: for a read of one chunk,
+        how many more threads may work on it (the call's others are idle). Returns per key 1:
+        placed, 0: the chunk
         is missing (nothing written), -1: not done (the loops read it the usual way, which
         also names what is wrong with it, or writes its whole region); ``None``: nothing done.
         """

@@ -34,6 +34,7 @@ from cuzarr.backends.base import (
 )
 from cuzarr.backends.fill_check import uniform
 from cuzarr.backends.grid_parts import GridPart, grid_parts, interleaved, interleaved_chunks
+from cuzarr.backends.placed import box_row, read_blosc_one
 from cuzarr.backends.pool import parallel_map
 from cuzarr.codecs import blosc_batch, zstd_batch
 from cuzarr.codecs.base import Buf, as_u8
@@ -113,34 +114,6 @@ def _grid_decoder(codec: Codec) -> Callable[..., npt.NDArray[np.bool_]] | None:
     if codec.zstd_frames and zstd_batch.available():
         return zstd_batch.decode_frames
     return None
-
-
-def _box(chunk_sel: Any, out_sel: Any, ndim: int) -> list[int] | None:
-    """The box two selections of slices describe: chunk starts, out starts, extents, steps.
-
-    ``None`` unless both are ``ndim`` slices with explicit bounds, of a positive step in the
-    chunk and step 1 in the output, taking as many elements on each side (bounds against the
-    chunk and the output are checked where the box is used).
-    """
-    if type(chunk_sel) is not tuple or type(out_sel) is not tuple:
-        return None
-    if len(chunk_sel) != ndim or len(out_sel) != ndim:
-        return None
-    row = [0] * (4 * ndim)
-    for d, (c, o) in enumerate(zip(chunk_sel, out_sel, strict=True)):
-        if type(c) is not slice or type(o) is not slice:
-            return None
-        c0, c1, o0, o1, step = c.start, c.stop, o.start, o.stop, c.step
-        if step is None:
-            step = 1
-        if type(c0) is not int or type(c1) is not int or type(o0) is not int or type(o1) is not int:
-            return None
-        if type(step) is not int or step < 1 or o.step not in (None, 1):
-            return None
-        if max(0, -(-(c1 - c0) // step)) != o1 - o0:
-            return None
-        row[d], row[ndim + d], row[2 * ndim + d], row[3 * ndim + d] = c0, o0, o1 - o0, step
-    return row
 
 
 #: Chunks of at least this many bytes may be copied into a strided region of the output with
@@ -331,6 +304,7 @@ class CpuBackend:
         out: Any,
         *,
         stream: bool = False,
+        helpers: int = 0,
     ) -> list[int] | None:
         """zstd chunks of local files: read, decoded and placed from C.
 
@@ -343,8 +317,16 @@ class CpuBackend:
         chunks of :data:`STREAM_PLACE_MIN` bytes or more are copied with streaming stores where
         ``stream`` and :func:`streams` say so for the whole of ``out`` (the helper streams only
         rows of :data:`STREAM_ROW_MIN` bytes or more; :func:`place` asks :func:`streams` of the
-        chunk's region instead, which spans less of the output).
+        chunk's region instead, which spans less of the output). One Blosc chunk with
+        ``helpers``: decoded and copied by that many more threads too (:func:`read_blosc_one`).
         """
+        if helpers > 0 and len(keys) == 1 and isinstance(codec, ChunkCodec):
+            got = read_blosc_one(
+                lambda n: self._scratch.get((n,), np.dtype(np.uint8)), store, codec, keys[0],
+                selections[0], out, streaming=stream and streams(out), helpers=helpers,
+            )
+            if got is not None:
+                return [got]
         _codec, _small, bound, nbytes = self._zstd_params(codec)
         if not (
             codec.shape  # 0-d arrays: the general way
@@ -358,7 +340,7 @@ class CpuBackend:
         ):
             return None
         ndim = len(codec.shape)
-        rows = [_box(c, o, ndim) for c, o in selections]
+        rows = [box_row(c, o, ndim) for c, o in selections]
         take = [i for i, row in enumerate(rows) if row is not None]
         status = [-1] * len(keys)
         if not take:

@@ -34,6 +34,8 @@ __all__ = [
     "compressor",
     "decode_frames",
     "encode_rows",
+    "read_split",
+    "split_reads",
 ]
 
 #: Bytes c-blosc may add to an input (its header): the room each compressed row gets.
@@ -63,6 +65,101 @@ def _entry() -> _Entry | None:
 def available() -> bool:
     """Whether batches can be decoded and encoded here (the helper and c-blosc's symbols)."""
     return _entry() is not None
+
+
+@functools.cache
+def _getitem() -> int | None:
+    """c-blosc's ``blosc_getitem`` (thread-safe in c-blosc 1.21), or ``None``."""
+    found = symbols(numcodecs.blosc.__file__, ("blosc_getitem",))
+    return None if found is None or _entry() is None else found[0]
+
+
+#: Leading integers of ``cz_read_blosc_split``'s block (``CZ_BS_HEAD``).
+_SPLIT_HEAD = 9
+
+
+def read_split(
+    path: bytes,
+    cap: int,
+    chunk_shape: tuple[int, ...],
+    itemsize: int,
+    box: list[int],
+    out: npt.NDArray[Any],
+    scratch: npt.NDArray[np.uint8],
+    *,
+    streaming: bool,
+    helpers: int,
+) -> int | None:
+    """Read one Blosc chunk from the file ``path`` and copy a box of it into ``out``.
+
+    Its decoding and copying are shared with up to ``helpers`` of the helper's threads.
+
+    The box is cut into one part per thread along its first axis longer than one element, at
+    blosc block boundaries where it can be; each thread decodes only the blocks its part reads
+    (``blosc_getitem``, the same frames' bytes as ``blosc_decompress_ctx``) and copies that
+    part. The frame is checked first as :func:`decode_frames` checks one (the header's
+    compressed size is the file's, its decoded size the chunk's).
+
+    Parameters
+    ----------
+    path : bytes
+        The chunk's file (no NUL bytes).
+    cap : int
+        Room for the stored chunk: a file of ``cap`` bytes or more is left to the caller.
+    chunk_shape, itemsize :
+        The decoded chunk (C order).
+    box : list of int
+        Chunk start, out start, extent and chunk step, ``ndim`` values each.
+    out : ndarray
+        Writable, ``ndim`` dimensions, any strides, the chunk's item size.
+    scratch : ndarray of uint8
+        C-contiguous, at least ``cap`` plus the chunk's bytes.
+    streaming, helpers :
+        Streaming stores for the copy (as ``zstd_batch.read_boxes``); helper threads to lend.
+
+    Returns
+    -------
+    int or None
+        1 placed, 0 the file does not exist, -1 left to the caller (its region of ``out`` may
+        have been written); ``None`` where this build has no ``blosc_getitem``.
+
+    Raises
+    ------
+    ValueError
+        If the box lies outside the chunk or ``out``, or the arguments disagree.
+    """
+    getitem = _getitem()
+    if getitem is None:
+        return None
+    entry = _entry()
+    assert entry is not None
+    ndim = len(chunk_shape)
+    nbytes = itemsize * int(np.prod(chunk_shape))
+    if out.ndim != ndim or out.dtype.itemsize != itemsize or not out.flags.writeable:
+        raise ValueError("read_split: out must be writable with the chunk's dimensions")
+    if scratch.dtype != np.uint8 or not scratch.flags.c_contiguous or scratch.nbytes < cap + nbytes:
+        raise ValueError(f"read_split: scratch must be {cap + nbytes} contiguous bytes")
+    if len(box) != 4 * ndim or b"\0" in path:
+        raise ValueError("read_split: box must hold 4 x ndim integers, path no NUL byte")
+    block = np.empty(_SPLIT_HEAD + 7 * ndim, np.int64)
+    block[:_SPLIT_HEAD] = (
+        getitem, cap, nbytes, ndim, itemsize, address(scratch), int(out.ctypes.data),
+        int(streaming), helpers,
+    )
+    block[_SPLIT_HEAD : _SPLIT_HEAD + ndim] = chunk_shape
+    block[_SPLIT_HEAD + ndim : _SPLIT_HEAD + 2 * ndim] = out.shape
+    block[_SPLIT_HEAD + 2 * ndim : _SPLIT_HEAD + 3 * ndim] = out.strides
+    block[_SPLIT_HEAD + 3 * ndim :] = box
+    got = int(entry.helper.cz_read_blosc_split(address(block), path))
+    if got == -2:
+        raise ValueError("read_split: the box lies outside the chunk or the output")
+    return got
+
+
+def split_reads() -> int:
+    """How many chunks :func:`read_split` has read on more than one thread in this process."""
+    entry = _entry()
+    return 0 if entry is None else int(entry.helper.cz_split_reads())
 
 
 @dataclass(frozen=True, slots=True)

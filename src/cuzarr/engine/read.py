@@ -127,7 +127,7 @@ def read_chunks(
             scatter(out, req, chunk, drop_axes)
         return True
 
-    def placed(batch: Sequence[int]) -> list[int]:
+    def placed(batch: Sequence[int], helpers: int = 0) -> list[int]:
         """The backend's own read of ``batch`` (on the CPU: read, decode and copy from C).
 
         Per request 1 placed, 0 missing (filled here), -1 left to the caller.
@@ -139,6 +139,7 @@ def read_chunks(
             [(requests[i].chunk_selection, requests[i].out_selection) for i in batch],
             out,
             stream=stream,
+            helpers=helpers,
         )
         if got is None:
             return [-1] * len(batch)
@@ -149,9 +150,9 @@ def read_chunks(
 
     if len(requests) == 1:  # chunk by chunk reads: no planning of batches
         if not raw and not drop_axes:
-            # A batch of one where the backend places chunks itself (zstd chunks of local
-            # files on the CPU: one call into C instead of a read, a decode and a copy).
-            status = placed((0,))[0]
+            # A batch of one where the backend places chunks itself (local zstd and Blosc
+            # chunks on the CPU: one call into C), the call's other threads lent to it.
+            status = placed((0,), ctx.settings.n_threads - 1)[0]
             if status >= 0:
                 return [status == 1]
         return [one(requests[0])]

@@ -162,6 +162,7 @@ class GpuBackend:
         out: Any,
         *,
         stream: bool = False,
+        helpers: int = 0,
     ) -> list[int] | None:
         """Not here: waves are fetched and decoded in one call (:meth:`fetch`, :meth:`decode`)."""
         return None
