@@ -72,6 +72,15 @@ def _split_count() -> int:
     return blosc_batch.split_reads()
 
 
+def _read_unsplit(path: Path, threads: int, selection: Any, want: np.ndarray) -> None:
+    """Read ``selection`` of the array at ``path``: ``want``, and no chunk read split."""
+    a = cuzarr.open(path, settings=cuzarr.Settings(threads=threads))
+    assert isinstance(a, cuzarr.Array)
+    before = _split_count()
+    assert_same_array(a[selection], want)
+    assert _split_count() == before
+
+
 @pytest.mark.parametrize(
     ("dtype", "shuffle", "blocksize"),
     [("u2", "shuffle", 0), ("f4", "bitshuffle", 0), ("f8", "noshuffle", 0), ("u2", "shuffle", 4096),
@@ -115,20 +124,12 @@ def test_chunk_by_chunk_through_zarr_and_one_thread(tmp_path: Path) -> None:
     if SPLITS:
         assert _split_count() - before == 9
     # One thread: nothing to lend, the general path.
-    a = cuzarr.open(path, settings=cuzarr.Settings(threads=1))
-    assert isinstance(a, cuzarr.Array)
-    before = _split_count()
-    assert_same_array(a[0:8, 0:96, :], data[0:8, 0:96, :])
-    assert _split_count() == before
+    _read_unsplit(path, 1, np.s_[0:8, 0:96, :], data[0:8, 0:96, :])
 
 
 def test_light_compressors_are_not_split(tmp_path: Path) -> None:
     path, data = _store(tmp_path, cname="lz4")
-    a = cuzarr.open(path, settings=cuzarr.Settings(threads=2))
-    assert isinstance(a, cuzarr.Array)
-    before = _split_count()
-    assert_same_array(a[0:8, 0:96, :], data[0:8, 0:96, :])
-    assert _split_count() == before
+    _read_unsplit(path, 2, np.s_[0:8, 0:96, :], data[0:8, 0:96, :])
 
 
 def test_concurrent_single_chunk_reads(tmp_path: Path) -> None:
@@ -196,11 +197,7 @@ def test_a_header_the_split_refuses_is_read_as_zarr_reads_it(tmp_path: Path) -> 
     with use_pipeline("zarr"):
         want = zarr.open_array(zarr.storage.LocalStore(path), mode="r")[8:16, 96:192, :]
     assert_same_array(want, data[8:16, 96:192, :])
-    a = cuzarr.open(path, settings=cuzarr.Settings(threads=2))
-    assert isinstance(a, cuzarr.Array)
-    before = _split_count()
-    assert_same_array(a[8:16, 96:192, :], want)
-    assert _split_count() == before
+    _read_unsplit(path, 2, np.s_[8:16, 96:192, :], want)
 
 
 def test_missing_chunk_reads_as_the_fill_value(tmp_path: Path) -> None:

@@ -329,6 +329,29 @@ static int cz_check_box(const int64_t *chunk_shape, const int64_t *out_shape, in
     return 0;
 }
 
+/* cz_read_file's result for a file that does not exist (ENOENT, ENOTDIR). */
+#define CZ_NO_FILE (-2)
+
+/*
+ * Read the file path into buf with one read call, as LocalChunkStore.get_many reads small
+ * files: a regular file returns everything up to cap bytes at once; a file of cap bytes or
+ * more is left to the caller, and a short read of anything else would not decode to the chunk.
+ * Returns the bytes read, CZ_NO_FILE, or -1 (any other error, or cap bytes or more).
+ */
+static int64_t cz_read_file(const char *path, uint8_t *buf, int64_t cap)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return errno == ENOENT || errno == ENOTDIR ? CZ_NO_FILE : -1;
+    }
+    ssize_t got;
+    do {
+        got = read(fd, buf, (size_t)cap);
+    } while (got < 0 && errno == EINTR);
+    close(fd);
+    return got < 0 || got >= cap ? -1 : (int64_t)got;
+}
+
 /*
  * Read, decode and place n zstd chunks, each a file, in one call (the GIL released once for
  * every system call, decode and copy of the batch).
@@ -372,23 +395,9 @@ int64_t cz_read_zstd_boxes(void *dctx, cz_zstd_decompress_fn decompress,
     int64_t placed = 0;
     const char *path = paths;
     for (int64_t i = 0; i < n; i++, path += strlen(path) + 1) {
-        status[i] = -1;
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-            if (errno == ENOENT || errno == ENOTDIR) {
-                status[i] = 0;
-            }
-            continue;
-        }
-        /* One read, as LocalChunkStore.get_many reads small files: a regular file returns
-         * everything up to cap bytes at once; a file of cap bytes or more is left to the
-         * caller, and a short read of anything else would not decode to the chunk. */
-        ssize_t got;
-        do {
-            got = read(fd, stored, (size_t)cap);
-        } while (got < 0 && errno == EINTR);
-        close(fd);
-        if (got < 0 || got >= cap) {
+        int64_t got = cz_read_file(path, stored, cap);
+        status[i] = got == CZ_NO_FILE ? 0 : -1;
+        if (got < 0) {
             continue;
         }
         const int64_t *box = boxes + i * 4 * (int64_t)ndim;
@@ -1123,16 +1132,11 @@ int64_t cz_read_blosc_split(const int64_t *block, const char *path)
         return -2;
     }
     uint8_t *stored = (uint8_t *)(intptr_t)block[CZ_BS_SCRATCH];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        return errno == ENOENT || errno == ENOTDIR ? 0 : -1;
+    int64_t got = cz_read_file(path, stored, cap);
+    if (got == CZ_NO_FILE) {
+        return 0;
     }
-    ssize_t got;
-    do {
-        got = read(fd, stored, (size_t)cap);
-    } while (got < 0 && errno == EINTR);
-    close(fd);
-    if (got < 16 || got >= cap) {
+    if (got < 16) { /* -1: unreadable or too large; under 16 bytes: no blosc header */
         return -1;
     }
     /* blosc 1's header: version, versionlz, flags, typesize, then nbytes, blocksize, cbytes. */
