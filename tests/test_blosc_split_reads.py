@@ -12,6 +12,7 @@ general way, which names what is wrong.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import pytest
 import zarr
 
 import cuzarr
+from cuzarr import _native
 from cuzarr.backends import placed
 from cuzarr.codecs import blosc_batch
 from cuzarr.errors import CorruptChunkError
@@ -30,6 +32,20 @@ SPLITS = blosc_batch.available() and blosc_batch._getitem() is not None
 
 #: One chunk of 8 x 96 x 512 ``u2`` (768 KiB, over BLOSC_SPLIT_MIN) per 8 x 96 x 512 block.
 SHAPE, CHUNKS = (20, 200, 512), (8, 96, 512)
+
+
+@pytest.fixture(autouse=True)
+def _lend_always() -> Iterator[None]:
+    """These tests are about the helpers: they lend them whatever else runs on the machine.
+
+    (The default, ``"idle"`` lending, lends none while other threads keep the CPUs busy:
+    tests/test_lending.py.)
+    """
+    if _native.helper() is None:
+        yield
+        return
+    with _native.lending("always"):
+        yield
 
 
 def _store(

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,17 @@ pytestmark = pytest.mark.skipif(
 )
 
 KW: dict[str, Any] = dict(tag=b".t-", first=0, suffix=b".p", exchange=False, exchange_min=0)
+
+
+@pytest.fixture(autouse=True)
+def _lend_always() -> Iterator[None]:
+    """These tests are about the helpers: they lend them whatever else runs on the machine.
+
+    (The default, ``"idle"`` lending, lends none while other threads keep the CPUs busy:
+    tests/test_lending.py.)
+    """
+    with _native.lending("always"):
+        yield
 
 
 def _compressors() -> dict[str, _native.Compressor | None]:
@@ -151,6 +163,8 @@ FORKED = textwrap.dedent(
     import os, sys
     import numpy as np
     from cuzarr import _native
+
+    _native.set_lending("always")  # helpers whatever else runs (tests/test_lending.py)
 
     def put(folder, helpers):
         os.makedirs(folder)

@@ -10,12 +10,13 @@ takes its pure-Python paths, which give the same results.
 from __future__ import annotations
 
 import array as array_module
+import contextlib
 import ctypes
 import functools
 import math
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -38,15 +39,18 @@ __all__ = [
     "copy_array",
     "gather",
     "helper",
+    "lending",
     "put_boxes",
     "put_files",
+    "running_threads",
+    "set_lending",
     "symbols",
     "unavailable_reason",
 ]
 
 LIBRARY = Path(__file__).with_name("libczbatch.so")
 #: The helper's ``cz_abi_version()``: a library built from another source is not used.
-ABI_VERSION = 21
+ABI_VERSION = 22
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -86,6 +90,10 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.cz_read_blosc_split.restype = _I64
     lib.cz_split_reads.argtypes = []
     lib.cz_split_reads.restype = _I64
+    lib.cz_set_lending.argtypes = [ctypes.c_int32]
+    lib.cz_set_lending.restype = ctypes.c_int32
+    lib.cz_running_threads.argtypes = []
+    lib.cz_running_threads.restype = ctypes.c_int32
 
 
 @functools.cache
@@ -117,6 +125,54 @@ def helper() -> ctypes.CDLL | None:
 def unavailable_reason() -> str | None:
     """Why the helper is not used, or ``None`` when it is."""
     return _load()[1]
+
+
+#: When the helper's calls take the helper threads their callers offer (``cz_set_lending``):
+#: ``"idle"`` (the default): a read of one Blosc chunk in parts takes no more than the CPUs the
+#: calling thread may use less the threads running on the system at that moment (the caller
+#: included), so that such reads made from several threads at once (Dask's tasks) do not put
+#: more threads on the CPUs than there are, and a ``put_boxes`` write takes what it is offered
+#: (measured: no better for writes, ``czbatch.c``); ``"always"``: every call as offered;
+#: ``"never"``: none.
+LENDING_MODES = ("idle", "always", "never")
+
+
+def set_lending(mode: str) -> str:
+    """Set when the helper's calls take helper threads (:data:`LENDING_MODES`); return the old mode.
+
+    Raises
+    ------
+    ValueError
+        For a mode not in :data:`LENDING_MODES`.
+    RuntimeError
+        Without the helper (:func:`unavailable_reason` says why).
+    """
+    if mode not in LENDING_MODES:
+        raise ValueError(f"lending mode: expected one of {LENDING_MODES}, got {mode!r}")
+    lib = helper()
+    if lib is None:
+        raise RuntimeError(f"no batch helper: {unavailable_reason()}")
+    return LENDING_MODES[lib.cz_set_lending(LENDING_MODES.index(mode))]
+
+
+@contextlib.contextmanager
+def lending(mode: str) -> Iterator[None]:
+    """:func:`set_lending` for the block; the previous mode is restored on exit."""
+    previous = set_lending(mode)
+    try:
+        yield
+    finally:
+        set_lending(previous)
+
+
+def running_threads() -> int | None:
+    """The threads running on the system now, as the ``"idle"`` lending mode counts them.
+
+    ``None`` where the count cannot be read (no helper, not Linux).
+    """
+    lib = helper()
+    got = None if lib is None else int(lib.cz_running_threads())
+    return None if got is None or got < 0 else got
 
 
 def symbols(path: str, names: Sequence[str]) -> tuple[int, ...] | None:
