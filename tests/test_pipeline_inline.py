@@ -16,6 +16,7 @@ import zarr
 from zarr.storage import LocalStore, MemoryStore
 
 import cuzarr
+from cuzarr import zarr_pipeline
 from cuzarr.engine import ArrayEngine
 from cuzarr.zarr_pipeline import (
     _TASK_SETS,
@@ -28,31 +29,31 @@ from cuzarr.zarr_pipeline import (
 @pytest.fixture
 def _hop_log(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[Any, list[int]]]:
     """Per engine method (``ArrayEngine.read``, ``.write``), the numbers of requests of its
-    calls handed to ``asyncio.to_thread`` (other hops are zarr's), with cuzarr configured."""
+    calls handed to a hop thread (``cuzarr.hop_threads.hop``), with cuzarr configured."""
     seen: dict[Any, list[int]] = {ArrayEngine.read: [], ArrayEngine.write: []}
-    real = asyncio.to_thread
+    real = zarr_pipeline.hop
 
-    async def counting(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+    async def counting(fn: Any) -> Any:
         if isinstance(fn, functools.partial):
             log = seen.get(getattr(fn.func, "__func__", None))
             if log is not None:
                 log.append(len(fn.args[1]))
-        return await real(fn, *args, **kwargs)
+        return await real(fn)
 
-    monkeypatch.setattr(asyncio, "to_thread", counting)
+    monkeypatch.setattr(zarr_pipeline, "hop", counting)
     with cuzarr.configure(strict=True):
         yield seen
 
 
 @pytest.fixture
 def hops(_hop_log: dict[Any, list[int]]) -> list[int]:
-    """Counts the engine reads handed to ``asyncio.to_thread``."""
+    """Counts the engine reads handed to a hop thread."""
     return _hop_log[ArrayEngine.read]
 
 
 @pytest.fixture
 def write_hops(_hop_log: dict[Any, list[int]]) -> list[int]:
-    """Counts the engine writes handed to ``asyncio.to_thread`` (their numbers of chunks)."""
+    """Counts the engine writes handed to a hop thread (their numbers of chunks)."""
     return _hop_log[ArrayEngine.write]
 
 

@@ -34,6 +34,7 @@ from cuzarr.engine import ArrayEngine
 from cuzarr.engine.requests import ChunkRequest, new_request
 from cuzarr.engine.selection import needed_blocks
 from cuzarr.errors import UnsupportedError
+from cuzarr.hop_threads import hop
 from cuzarr.metadata import parse_v2, parse_v3
 from cuzarr.stores import from_zarr_store, track_zarr_loop
 from cuzarr.stores.base import Coalescing, StoreCaps
@@ -52,16 +53,16 @@ __all__ = ["Pipeline"]
 _WRITE_ORDERS = ("morton", "lexicographic", "colexicographic", "unordered")
 
 #: Reads of one chunk from a local folder or memory that decode at most this many bytes run
-#: on zarr's event loop thread itself, instead of hopping to a thread and back with
-#: ``asyncio.to_thread``: the two hops cost ~100 us in and ~140 us back (measured for 8 KiB
-#: chunks), more than a small read, and 4-15 % of a read of one chunk of 512 KiB to 1.2 MB
-#: (chunk by chunk through zarr, paired in one process, four runs: 1.04-1.23x a call on
-#: (a), (c), (d), (f), (h), (j) in three, 0.97-1.04x in one taken while the VM ran slower;
-#: bench/results/probe-512-session42.md). For a sharded array the bytes are those of the
-#: inner chunks the selection touches. 4 MiB decodes in a few milliseconds; what running on
-#: the loop risks is a call from another thread that arrives meanwhile waiting that long to
-#: start (with another task already on the loop, work hops: :func:`_loop_is_free`). Larger
-#: or remote reads and the GPU hop.
+#: on zarr's event loop thread itself, instead of hopping to a thread and back (measured with
+#: ``asyncio.to_thread``, before :func:`cuzarr.hop_threads.hop`): the two hops cost ~100 us
+#: in and ~140 us back (8 KiB chunks), more than a small read, and 4-15 % of a read of one
+#: chunk of 512 KiB to 1.2 MB (chunk by chunk through zarr, paired in one process, four
+#: runs: 1.04-1.23x a call on (a), (c), (d), (f), (h), (j) in three, 0.97-1.04x in one taken
+#: while the VM ran slower; bench/results/probe-512-session42.md). For a sharded array the
+#: bytes are those of the inner chunks the selection touches. 4 MiB decodes in a few
+#: milliseconds; what running on the loop risks is a call from another thread that arrives
+#: meanwhile waiting that long to start (with another task already on the loop, work hops:
+#: :func:`_loop_is_free`). Larger or remote reads and the GPU hop.
 INLINE_READ_MAX_BYTES = 4 * 1024 * 1024
 
 #: Writes to an unsharded array in a local folder or memory whose chunks total at most this
@@ -365,7 +366,7 @@ class Pipeline(CodecPipeline):
         if _inline_read(engine, chunk_store.caps, requests):
             present = call()
         else:
-            present = await asyncio.to_thread(call)
+            present = await hop(call)
         return tuple({"status": "present" if p else "missing"} for p in present)
 
     async def write(
@@ -401,7 +402,7 @@ class Pipeline(CodecPipeline):
         if _inline_write(engine, chunk_store.caps, requests):
             call()
         else:
-            await asyncio.to_thread(call)
+            await hop(call)
 
 
 def _loop_is_free() -> bool:
