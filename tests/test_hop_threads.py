@@ -226,3 +226,33 @@ def test_zarr_calls_that_hop_run_on_one_thread(
     assert len(seen) == 4 and len(set(seen)) == 1
     assert seen[0] != threading.get_ident()
     assert hop_threads.MAX_THREADS >= 1
+
+
+EXITING = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from cuzarr.hop_threads import hop
+
+    def slow():
+        time.sleep(0.3)
+        print("finished", flush=True)
+        return 1
+
+    async def main():
+        task = asyncio.ensure_future(hop(slow))
+        await asyncio.sleep(0.05)
+        task.cancel()  # the call goes on; the program ends while it runs
+
+    asyncio.run(main())
+    print("exiting", flush=True)
+    """
+)
+
+
+def test_exit_waits_for_a_call_still_running() -> None:
+    """A call whose caller gave up runs to its end before the interpreter finalizes."""
+    done = subprocess.run(
+        [sys.executable, "-c", EXITING], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["exiting", "finished"]
