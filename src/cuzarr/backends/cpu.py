@@ -320,14 +320,15 @@ class CpuBackend:
         chunk's region instead, which spans less of the output). One Blosc chunk with
         ``helpers``: decoded and copied by that many more threads too (:func:`read_blosc_one`).
         """
-        if helpers > 0 and len(keys) == 1 and isinstance(codec, ChunkCodec):
+        _codec, _small, bound, nbytes = self._zstd_params(codec)
+        # A chain of zstd frames (a frame bound) is not one Blosc frame: no split read.
+        if bound is None and helpers > 0 and len(keys) == 1 and isinstance(codec, ChunkCodec):
             got = read_blosc_one(
                 lambda n: self._scratch.get((n,), np.dtype(np.uint8)), store, codec, keys[0],
                 selections[0], out, streaming=stream and streams(out), helpers=helpers,
             )
             if got is not None:
                 return [got]
-        _codec, _small, bound, nbytes = self._zstd_params(codec)
         if not (
             codec.shape  # 0-d arrays: the general way
             and bound is not None
