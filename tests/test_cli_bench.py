@@ -101,6 +101,28 @@ def test_bench_target_reads_existing_array(
     assert "Summary:" in capsys.readouterr().out
 
 
+def test_bench_device_cpu_and_the_settings_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cpu.json"
+    assert cli.main(["bench", "--device", "cpu", "--size", "16", "--repeats", "1",
+                     "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["device"] == "cpu" and report["verified"] is True
+    assert "device=cpu" in capsys.readouterr().out
+    # Without --device, the settings' device (CUZARR_DEVICE) is the one measured and reported.
+    from cuzarr import config
+
+    monkeypatch.setenv("CUZARR_DEVICE", "cpu")
+    monkeypatch.setattr(config, "_current", None)  # read from the environment again
+    report = benchmark.run_benchmark(size=8, repeats=1, engines=benchmark.ENGINES[2:])
+    assert report.device == "cpu"
+    with pytest.raises(ValueError, match="device: expected one of"):
+        benchmark.run_benchmark(size=8, repeats=1, device="tpu")
+    with pytest.raises(ValueError, match="device: expected one of"):
+        benchmark.run_target_benchmark(tmp_path, device="GPU")
+
+
 def test_make_data_is_seeded_and_compressible() -> None:
     a = benchmark.make_data(16, seed=1)
     assert a.shape == (16, 16, 16) and a.dtype == np.uint16

@@ -70,6 +70,8 @@ class BenchReport:
         Repeats per measurement.
     threads : int or None
         Thread setting passed to the engines (``None``: their defaults).
+    device : {"auto", "cpu", "gpu"}
+        Where cuzarr's engine decoded and encoded.
     verified : bool
         Every read and every written array matched the expected data.
     cuzarr_stats : dict
@@ -82,6 +84,7 @@ class BenchReport:
     measurements: tuple[Measurement, ...]
     repeats: int
     threads: int | None
+    device: str
     verified: bool
     cuzarr_stats: dict[str, int]
     environment: dict[str, Any]
@@ -99,6 +102,7 @@ class BenchReport:
             "dataset": self.dataset,
             "repeats": self.repeats,
             "threads": self.threads,
+            "device": self.device,
             "verified": self.verified,
             "cuzarr_stats": self.cuzarr_stats,
             "environment": self.environment,
@@ -185,6 +189,7 @@ def format_report(report: BenchReport) -> str:
     head = (
         f"{'x'.join(str(s) for s in ds['shape'])} {ds['dtype']} ({ds['nbytes'] / 1e6:.1f} MB), "
         f"best of {report.repeats}, threads={report.threads or 'default'}, "
+        f"device={report.device}, "
         f"{env['cpus_usable']} CPUs, Python {env['python']}, "
         + ", ".join(f"{k} {v}" for k, v in env["versions"].items())
     )

@@ -37,7 +37,7 @@ from cuzarr.bench_report import (
     environment_info,
     format_report,
 )
-from cuzarr.config import configure
+from cuzarr.config import configure, get_settings
 from cuzarr.errors import CuzarrError
 
 __all__ = [
@@ -188,19 +188,28 @@ def make_data(size: int, *, seed: int = 0) -> npt.NDArray[np.uint16]:
     return out.reshape(size, size, size)
 
 
+#: ``device`` values of :func:`run_benchmark` and :func:`run_target_benchmark`.
+DEVICES = ("auto", "cpu", "gpu")
 
 
-
-
-
-
-
-
+def _resolve_device(device: str | None) -> str:
+    """``device`` checked, or the settings' (``CUZARR_DEVICE``) where ``None``."""
+    if device is None:
+        return str(get_settings().device)
+    if device not in DEVICES:
+        raise ValueError(f"device: expected one of {DEVICES} or None, got {device!r}")
+    return device
 
 
 @contextlib.contextmanager
-def _engine_context(engine: Engine, threads: int | None, strict: bool) -> Iterator[None]:
-    """Select ``engine`` as zarr's codec pipeline (open arrays inside, not before)."""
+def _engine_context(
+    engine: Engine, threads: int | None, strict: bool, device: str = "auto"
+) -> Iterator[None]:
+    """Select ``engine`` as zarr's codec pipeline (open arrays inside, not before).
+
+    cuzarr's engine decodes and encodes on ``device`` (:class:`~cuzarr.config.configure`:
+    ``"gpu"`` also switches zarr to its GPU buffers); the other engines run as zarr runs them.
+    """
     import zarr
 
     options: dict[str, Any] = {"codec_pipeline.path": engine.pipeline_path}
@@ -208,9 +217,31 @@ def _engine_context(engine: Engine, threads: int | None, strict: bool) -> Iterat
         options["threading.max_workers"] = threads
     with contextlib.ExitStack() as stack:
         if engine.pipeline_path == "cuzarr.Pipeline":
-            stack.enter_context(configure(threads=threads, strict=strict))
+            stack.enter_context(configure(device=device, threads=threads, strict=strict))
         stack.enter_context(zarr.config.set(options))
         yield
+
+
+def _on_device(engine: Engine, data: npt.NDArray[Any], device: str) -> Any:
+    """The value ``engine``'s writes take: on the GPU for cuzarr with ``device="gpu"``.
+
+    zarr's GPU buffers copy a NumPy value to the device on every write (with a warning);
+    a CuPy value is written from where it is.
+    """
+    if device != "gpu" or engine.pipeline_path != "cuzarr.Pipeline":
+        return data
+    import cupy
+
+    return cupy.asarray(data)
+
+
+def _on_host(result: Any) -> npt.NDArray[Any]:
+    """A read's result as a NumPy array (CuPy results, with ``device="gpu"``, are copied)."""
+    if isinstance(result, np.ndarray):
+        return result
+    import cupy
+
+    return cupy.asnumpy(result)  # type: ignore[no-any-return]
 
 
 def _checked_pipeline(arr: Any, engine: Engine) -> str:
@@ -252,16 +283,19 @@ def _measure_read(
     repeats: int,
     threads: int | None,
     strict: bool,
+    device: str,
 ) -> Measurement:
     import zarr
 
     times: list[float] = []
-    with _engine_context(engine, threads, strict):
+    with _engine_context(engine, threads, strict, device):
         arr = zarr.open_array(store=str(path), mode="r")
         pipeline = _checked_pipeline(arr, engine)
         for i in range(repeats):
             seconds, got = _timed(lambda: arr[...])
-            _check_equal(got, expected, f"{engine.name} read of {layout} (repeat {i + 1})")
+            _check_equal(
+                _on_host(got), expected, f"{engine.name} read of {layout} (repeat {i + 1})"
+            )
             del got
             times.append(seconds)
     return Measurement(
@@ -299,15 +333,17 @@ def _measure_write(
     repeats: int,
     threads: int | None,
     strict: bool,
+    device: str,
 ) -> Measurement:
     import zarr
 
     times: list[float] = []
-    with _engine_context(engine, threads, strict):
+    value = _on_device(engine, data, device)
+    with _engine_context(engine, threads, strict, device):
         arr = _create_array(path, data, layout)
         pipeline = _checked_pipeline(arr, engine)
         for _ in range(repeats):
-            seconds, _unused = _timed(lambda: arr.__setitem__(Ellipsis, data))
+            seconds, _unused = _timed(lambda: arr.__setitem__(Ellipsis, value))
             times.append(seconds)
     # An independent check: zarr's default pipeline reads back what this engine wrote.
     with _engine_context(BASELINE, None, strict=False):
@@ -336,6 +372,7 @@ def run_benchmark(
     engines: Sequence[Engine] = ENGINES,
     seed: int = 0,
     progress: Progress = _noop,
+    device: str | None = None,
 ) -> BenchReport:
     """Benchmark whole-array reads and writes of a generated dataset with every engine.
 
@@ -356,6 +393,10 @@ def run_benchmark(
         Seed of the data's noise.
     progress : callable, optional
         Called with one line of text per step.
+    device : {"auto", "cpu", "gpu"}, optional
+        Where cuzarr's engine decodes and encodes (``"gpu"``: zarr's GPU buffers, CuPy results
+        and values, as ``cuzarr.configure(device="gpu")`` makes them); the other engines run
+        on the CPU. ``None``: the settings' device (``CUZARR_DEVICE``, else ``"auto"``).
 
     Returns
     -------
@@ -369,6 +410,7 @@ def run_benchmark(
     """
     if repeats < 1:
         raise ValueError(f"repeats: expected an integer >= 1, got {repeats!r}")
+    device = _resolve_device(device)
     if BASELINE not in engines:
         engines = (BASELINE, *engines)
     layouts = default_layouts(size)
@@ -399,6 +441,7 @@ def run_benchmark(
                         repeats=repeats,
                         threads=threads,
                         strict=True,
+                        device=device,
                     )
                 )
             for engine in engines:
@@ -414,6 +457,7 @@ def run_benchmark(
                             repeats=repeats,
                             threads=threads,
                             strict=True,
+                            device=device,
                         )
                     )
                 finally:
@@ -442,6 +486,7 @@ def run_benchmark(
         measurements=tuple(measurements),
         repeats=repeats,
         threads=threads,
+        device=device,
         verified=True,
         cuzarr_stats=cuzarr_stats,
         environment=environment_info(),
@@ -468,6 +513,7 @@ def run_target_benchmark(
     threads: int | None = None,
     engines: Sequence[Engine] = ENGINES,
     progress: Progress = _noop,
+    device: str | None = None,
 ) -> BenchReport:
     """Benchmark whole-array reads of an existing array with every engine.
 
@@ -486,6 +532,8 @@ def run_target_benchmark(
         Engines to measure; the baseline is added first when missing.
     progress : callable, optional
         Called with one line of text per step.
+    device : {"auto", "cpu", "gpu"}, optional
+        Where cuzarr's engine decodes (as :func:`run_benchmark`'s).
 
     Returns
     -------
@@ -502,6 +550,7 @@ def run_target_benchmark(
 
     if repeats < 1:
         raise ValueError(f"repeats: expected an integer >= 1, got {repeats!r}")
+    device = _resolve_device(device)
     engines = (BASELINE, *(e for e in engines if e != BASELINE))
     with _engine_context(BASELINE, threads, strict=False):
         arr = zarr.open_array(store=str(target), mode="r")
@@ -521,6 +570,7 @@ def run_target_benchmark(
                 repeats=repeats,
                 threads=threads,
                 strict=False,
+                device=device,
             )
         )
     return BenchReport(
@@ -535,11 +585,8 @@ def run_target_benchmark(
         measurements=tuple(measurements),
         repeats=repeats,
         threads=threads,
+        device=device,
         verified=True,
         cuzarr_stats=diagnostics.stats(),
         environment=environment_info(),
     )
-
-
-
-

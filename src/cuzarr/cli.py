@@ -74,6 +74,7 @@ def _run_compare(options: list[str]) -> int:
 
 def _run_bench(args: argparse.Namespace) -> int:
     from cuzarr import benchmark
+    from cuzarr.config import get_settings
 
     if args.compare is not None:
         if args.target is not None or args.keep is not None or args.json is not None:
@@ -87,7 +88,8 @@ def _run_bench(args: argparse.Namespace) -> int:
     if args.target is not None and args.keep is not None:
         print("cuzarr bench: error: --keep applies to generated data only", file=sys.stderr)
         return 2
-    if args.device == "gpu":
+    device = args.device if args.device is not None else str(get_settings().device)
+    if device == "gpu":
         from cuzarr.backends import gpu_status
 
         missing = gpu_status()
@@ -102,10 +104,12 @@ def _run_bench(args: argparse.Namespace) -> int:
                 threads=args.threads,
                 keep=args.keep,
                 progress=_progress,
+                device=device,
             )
         else:
             report = benchmark.run_target_benchmark(
-                args.target, repeats=args.repeats, threads=args.threads, progress=_progress
+                args.target, repeats=args.repeats, threads=args.threads, progress=_progress,
+                device=device,
             )
     except benchmark.BenchmarkError as exc:
         print(f"cuzarr bench: FAILED: {exc}", file=sys.stderr)
@@ -158,9 +162,11 @@ def add_bench(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument(
         "--device",
         choices=("auto", "cpu", "gpu"),
-        default="auto",
-        help="where cuzarr decodes (auto: NumPy results, on the GPU from "
-        "gpu_crossover_bytes, else the CPU; gpu fails with what is missing)",
+        default=None,
+        help="where cuzarr's engine decodes and encodes (default: CUZARR_DEVICE, else auto; "
+        "auto: NumPy results, on the GPU from "
+        "gpu_crossover_bytes, else the CPU; gpu: CuPy values and results, as "
+        "configure(device='gpu'), and fails with what is missing without a GPU)",
     )
     p.add_argument(
         "--compare",
