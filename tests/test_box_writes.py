@@ -288,6 +288,33 @@ def test_chunks_of_the_fill_value_are_deleted(tmp_path: Path) -> None:
     assert len(_files(root)) == 5
 
 
+def test_the_fill_check_looks_past_a_first_element_equal_to_the_fill(tmp_path: Path) -> None:
+    """A chunk whose first element is the fill value is checked whole (NaN fill values too)."""
+    root = tmp_path / "i"
+    zarr.create_array(
+        LocalStore(root), shape=(4, 6), chunks=(2, 3), dtype="int8", fill_value=7,
+        compressors=None,
+    )
+    value = np.full((4, 6), 7, "int8")
+    value[1, 2] = 0  # c/0/0: first element the fill, its last not
+    value[3, 5] = 0  # c/1/1 likewise
+    cuzarr.open(root, mode="r+")[...] = value
+    assert sorted(_files(root)) == ["c/0/0", "c/1/1", "zarr.json"]
+    np.testing.assert_array_equal(zarr.open_array(root, mode="r")[...], value)
+
+    root = tmp_path / "f"
+    zarr.create_array(
+        LocalStore(root), shape=(4, 6), chunks=(2, 3), dtype="float32", fill_value=np.nan,
+        compressors=None,
+    )
+    value = np.full((4, 6), np.nan, "float32")
+    value[1, 1] = 2.5  # c/0/0: NaN first, a number after
+    value[2, 3] = 0.0  # c/1/1: a number first
+    cuzarr.open(root, mode="r+")[...] = value
+    assert sorted(_files(root)) == ["c/0/0", "c/1/1", "zarr.json"]
+    np.testing.assert_array_equal(zarr.open_array(root, mode="r")[...], value)
+
+
 def _plan(root: Path, value: Any) -> box_writes.BoxPlan | None:
     arr = cuzarr.open(root, mode="r+")
     return box_writes.box_plan(arr._engine._ctx, arr._chunk_store(), value)

@@ -109,8 +109,24 @@ def _start(req: ChunkRequest, shape: tuple[int, ...]) -> tuple[int, ...] | None:
     for s, n in zip(sel, shape, strict=True):
         if not isinstance(s, slice) or s.step not in (None, 1):
             return None
-        out.append(s.indices(n)[0])
+        first = s.start
+        # What ``s.indices(n)[0]`` gives for a start already in range (the indexers' slices).
+        out.append(first if type(first) is int and 0 <= first <= n else s.indices(n)[0])
     return tuple(out)
+
+
+def _differs_at_start(value: np.ndarray, start: tuple[int, ...], fill: Any) -> bool:
+    """Whether the chunk at ``start`` is known not to equal ``fill`` from its first element.
+
+    The cheap exit of :meth:`~cuzarr.backends.cpu.CpuBackend.all_equal` (a first element that
+    is not NaN/NaT and differs from the fill value), taken from the value without a view of
+    the chunk; ``False``: the full check decides.
+    """
+    try:
+        first = value[start]
+        return bool(first == first) and bool(first != fill)
+    except (TypeError, ValueError, IndexError):
+        return False
 
 
 def put_whole(
@@ -133,11 +149,16 @@ def put_whole(
     boxes: list[ChunkRequest] = []
     starts: list[tuple[int, ...]] = []
     left: list[ChunkRequest] = []
+    shape = value.shape
     for r in whole:
-        start = _start(r, value.shape)
+        start = _start(r, shape)
         if start is None:
             left.append(r)
-        elif not write_empty_chunks and backend.all_equal(value[r.out_selection], fill):
+        elif (
+            not write_empty_chunks
+            and not _differs_at_start(value, start, fill)
+            and backend.all_equal(value[r.out_selection], fill)
+        ):
             store.delete(r.key)
         else:
             boxes.append(r)
