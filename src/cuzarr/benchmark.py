@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cuzarr import diagnostics
+from cuzarr.bench_device import on_device, on_host, read_all, resolve_device
 from cuzarr.bench_report import (
     BASELINE_NAME,
     BenchReport,
@@ -37,11 +38,12 @@ from cuzarr.bench_report import (
     environment_info,
     format_report,
 )
-from cuzarr.config import configure, get_settings
+from cuzarr.config import configure
 from cuzarr.errors import CuzarrError
 
 __all__ = [
     "BASELINE",
+    "CUZARR",
     "ENGINES",
     "BenchReport",
     "BenchmarkError",
@@ -98,6 +100,8 @@ ENGINES: tuple[Engine, ...] = (
     Engine(name="zarr-fused", pipeline_path="zarr.core.codec_pipeline.FusedCodecPipeline"),
     Engine(name="cuzarr", pipeline_path="cuzarr.Pipeline"),
 )
+#: cuzarr's engine, the one ``device`` applies to.
+CUZARR = ENGINES[-1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,19 +192,6 @@ def make_data(size: int, *, seed: int = 0) -> npt.NDArray[np.uint16]:
     return out.reshape(size, size, size)
 
 
-#: ``device`` values of :func:`run_benchmark` and :func:`run_target_benchmark`.
-DEVICES = ("auto", "cpu", "gpu")
-
-
-def _resolve_device(device: str | None) -> str:
-    """``device`` checked, or the settings' (``CUZARR_DEVICE``) where ``None``."""
-    if device is None:
-        return str(get_settings().device)
-    if device not in DEVICES:
-        raise ValueError(f"device: expected one of {DEVICES} or None, got {device!r}")
-    return device
-
-
 @contextlib.contextmanager
 def _engine_context(
     engine: Engine, threads: int | None, strict: bool, device: str = "auto"
@@ -216,32 +207,10 @@ def _engine_context(
     if threads is not None:
         options["threading.max_workers"] = threads
     with contextlib.ExitStack() as stack:
-        if engine.pipeline_path == "cuzarr.Pipeline":
+        if engine.pipeline_path == CUZARR.pipeline_path:
             stack.enter_context(configure(device=device, threads=threads, strict=strict))
         stack.enter_context(zarr.config.set(options))
         yield
-
-
-def _on_device(engine: Engine, data: npt.NDArray[Any], device: str) -> Any:
-    """The value ``engine``'s writes take: on the GPU for cuzarr with ``device="gpu"``.
-
-    zarr's GPU buffers copy a NumPy value to the device on every write (with a warning);
-    a CuPy value is written from where it is.
-    """
-    if device != "gpu" or engine.pipeline_path != "cuzarr.Pipeline":
-        return data
-    import cupy
-
-    return cupy.asarray(data)
-
-
-def _on_host(result: Any) -> npt.NDArray[Any]:
-    """A read's result as a NumPy array (CuPy results, with ``device="gpu"``, are copied)."""
-    if isinstance(result, np.ndarray):
-        return result
-    import cupy
-
-    return cupy.asnumpy(result)  # type: ignore[no-any-return]
 
 
 def _checked_pipeline(arr: Any, engine: Engine) -> str:
@@ -291,10 +260,11 @@ def _measure_read(
     with _engine_context(engine, threads, strict, device):
         arr = zarr.open_array(store=str(path), mode="r")
         pipeline = _checked_pipeline(arr, engine)
+        read = read_all(arr, device if engine.pipeline_path == CUZARR.pipeline_path else "cpu")
         for i in range(repeats):
-            seconds, got = _timed(lambda: arr[...])
+            seconds, got = _timed(read)
             _check_equal(
-                _on_host(got), expected, f"{engine.name} read of {layout} (repeat {i + 1})"
+                on_host(got), expected, f"{engine.name} read of {layout} (repeat {i + 1})"
             )
             del got
             times.append(seconds)
@@ -338,7 +308,7 @@ def _measure_write(
     import zarr
 
     times: list[float] = []
-    value = _on_device(engine, data, device)
+    value = on_device(data, device if engine.pipeline_path == CUZARR.pipeline_path else "cpu")
     with _engine_context(engine, threads, strict, device):
         arr = _create_array(path, data, layout)
         pipeline = _checked_pipeline(arr, engine)
@@ -410,7 +380,7 @@ def run_benchmark(
     """
     if repeats < 1:
         raise ValueError(f"repeats: expected an integer >= 1, got {repeats!r}")
-    device = _resolve_device(device)
+    device = resolve_device(device)
     if BASELINE not in engines:
         engines = (BASELINE, *engines)
     layouts = default_layouts(size)
@@ -550,7 +520,7 @@ def run_target_benchmark(
 
     if repeats < 1:
         raise ValueError(f"repeats: expected an integer >= 1, got {repeats!r}")
-    device = _resolve_device(device)
+    device = resolve_device(device)
     engines = (BASELINE, *(e for e in engines if e != BASELINE))
     with _engine_context(BASELINE, threads, strict=False):
         arr = zarr.open_array(store=str(target), mode="r")

@@ -30,6 +30,8 @@ def test_bench_device_gpu_decodes_and_encodes_on_the_device(sim, tmp_path: Path,
     assert stats.get("gpu_cpu_decodes", 0) == 0 and stats.get("gpu_cpu_encodes", 0) == 0
     kinds = {e.kind for e in sim.events}
     assert "decode" in kinds and "encode" in kinds, sorted(kinds)
+    # Each timed GPU read waited for the device (one read per layout: --repeats 1).
+    assert len([e for e in sim.events if e.kind == "sync" and e.name == "device"]) == 2
     # zarr's buffers and pipeline are as they were before the run.
     assert {k: zarr.config.get(k) for k in before} == before
 
