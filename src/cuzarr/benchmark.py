@@ -213,6 +213,11 @@ def _engine_context(
         yield
 
 
+def _device_of(engine: Engine, device: str) -> str:
+    """Where ``engine`` runs: ``device`` for cuzarr's, the CPU for zarr's own pipelines."""
+    return device if engine.pipeline_path == CUZARR.pipeline_path else "cpu"
+
+
 def _checked_pipeline(arr: Any, engine: Engine) -> str:
     """Return the pipeline class zarr built for ``arr``; raise if it is not ``engine``'s."""
     pipeline = arr.async_array.codec_pipeline
@@ -260,7 +265,7 @@ def _measure_read(
     with _engine_context(engine, threads, strict, device):
         arr = zarr.open_array(store=str(path), mode="r")
         pipeline = _checked_pipeline(arr, engine)
-        read = read_all(arr, device if engine.pipeline_path == CUZARR.pipeline_path else "cpu")
+        read = read_all(arr, _device_of(engine, device))
         for i in range(repeats):
             seconds, got = _timed(read)
             _check_equal(
@@ -308,7 +313,7 @@ def _measure_write(
     import zarr
 
     times: list[float] = []
-    value = on_device(data, device if engine.pipeline_path == CUZARR.pipeline_path else "cpu")
+    value = on_device(data, _device_of(engine, device))
     with _engine_context(engine, threads, strict, device):
         arr = _create_array(path, data, layout)
         pipeline = _checked_pipeline(arr, engine)

@@ -74,7 +74,7 @@ def _run_compare(options: list[str]) -> int:
 
 def _run_bench(args: argparse.Namespace) -> int:
     from cuzarr import benchmark
-    from cuzarr.config import get_settings
+    from cuzarr.bench_device import resolve_device
 
     if args.compare is not None:
         if args.target is not None or args.keep is not None or args.json is not None:
@@ -88,7 +88,7 @@ def _run_bench(args: argparse.Namespace) -> int:
     if args.target is not None and args.keep is not None:
         print("cuzarr bench: error: --keep applies to generated data only", file=sys.stderr)
         return 2
-    device = args.device if args.device is not None else str(get_settings().device)
+    device = resolve_device(args.device)
     if device == "gpu":
         from cuzarr.backends import gpu_status
 

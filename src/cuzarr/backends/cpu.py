@@ -32,7 +32,7 @@ from cuzarr.backends.base import (
     Op,
     reraise_decode,
 )
-from cuzarr.backends.fill_check import uniform
+from cuzarr.backends.fill_check import first_differs, uniform
 from cuzarr.backends.grid_parts import GridPart, grid_parts, interleaved, interleaved_chunks
 from cuzarr.backends.placed import box_row, read_blosc_one
 from cuzarr.backends.pool import parallel_map
@@ -567,14 +567,7 @@ class CpuBackend:
 
     def all_equal(self, chunk: Any, fill: Any) -> bool:
         """zarr's empty-chunk rule, with a cheap exit when the first element differs."""
-        if chunk.size:
-            try:
-                first = chunk[(0,) * chunk.ndim]
-                # A first element that is not NaN/NaT and differs from the fill value by value
-                # also differs bitwise: the chunk is not all fill under any of zarr's rules.
-                if first == first and bool(first != fill):
-                    return False
-            except (TypeError, ValueError):
-                pass
+        if chunk.size and first_differs(chunk[(0,) * chunk.ndim], fill):
+            return False
         decided = uniform(chunk, fill)
         return compat.all_equal(chunk, fill) if decided is None else decided

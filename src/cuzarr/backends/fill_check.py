@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FillTest", "fill_test", "uniform"]
+__all__ = ["FillTest", "fill_test", "first_differs", "uniform"]
 
 #: Elements compared in the first slice; slices then double (zarr's block, the same idea:
 #: a chunk that differs early returns early, a uniform one costs one scan).
@@ -77,6 +77,19 @@ def fill_test(dtype: np.dtype[Any], fill: Any) -> FillTest | None:
         if fill == 0:
             return FillTest(unsigned, np.asarray(fill).view(unsigned)[()])
     return FillTest(None, fill)
+
+
+def first_differs(first: Any, fill: Any) -> bool:
+    """Whether a chunk whose first element is ``first`` is known not to be all ``fill``.
+
+    A first element that is not NaN/NaT and differs from the fill value by value also differs
+    bitwise: the chunk is not all fill under any of zarr's rules. ``False``: not decided (the
+    whole chunk is checked), also where the values do not compare.
+    """
+    try:
+        return bool(first == first) and bool(first != fill)
+    except (TypeError, ValueError):
+        return False
 
 
 def uniform(chunk: Any, fill: Any) -> bool | None:

@@ -28,6 +28,7 @@ import numpy as np
 
 from cuzarr._native import MAX_HELPERS, Compressor
 from cuzarr.backends.base import Batching
+from cuzarr.backends.fill_check import first_differs
 from cuzarr.codecs import blosc_batch, zstd_batch
 from cuzarr.codecs.chain import ChunkCodec
 from cuzarr.codecs.numcodecs_ import NumcodecsBytesCodec
@@ -115,20 +116,6 @@ def _start(req: ChunkRequest, shape: tuple[int, ...]) -> tuple[int, ...] | None:
     return tuple(out)
 
 
-def _differs_at_start(value: np.ndarray, start: tuple[int, ...], fill: Any) -> bool:
-    """Whether the chunk at ``start`` is known not to equal ``fill`` from its first element.
-
-    The cheap exit of :meth:`~cuzarr.backends.cpu.CpuBackend.all_equal` (a first element that
-    is not NaN/NaT and differs from the fill value), taken from the value without a view of
-    the chunk; ``False``: the full check decides.
-    """
-    try:
-        first = value[start]
-        return bool(first == first) and bool(first != fill)
-    except (TypeError, ValueError, IndexError):
-        return False
-
-
 def put_whole(
     ctx: ArrayContext,
     store: ChunkStore,
@@ -155,8 +142,9 @@ def put_whole(
         if start is None:
             left.append(r)
         elif (
+            # The backend's cheap exit, from the value's element at the chunk's start (no view).
             not write_empty_chunks
-            and not _differs_at_start(value, start, fill)
+            and not first_differs(value[start], fill)
             and backend.all_equal(value[r.out_selection], fill)
         ):
             store.delete(r.key)
