@@ -55,6 +55,31 @@ def test_a_bad_crossover_setting_is_refused(bad):
         cuzarr.configure(gpu_crossover_bytes=bad)
 
 
+@pytest.mark.parametrize(
+    ("raw", "want"), [("268435456", 1 << 28), ("1", 1), ("", 1 << 30), (None, 1 << 30)]
+)
+def test_the_gpu_wave_comes_from_the_environment(monkeypatch, raw, want):
+    if raw is None:
+        monkeypatch.delenv("CUZARR_GPU_WAVE_BYTES", raising=False)
+    else:
+        monkeypatch.setenv("CUZARR_GPU_WAVE_BYTES", raw)
+    assert Settings.from_env().gpu_wave_bytes == want
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-4", "1GiB"])
+def test_a_bad_gpu_wave_in_the_environment_is_named(monkeypatch, raw):
+    monkeypatch.setenv("CUZARR_GPU_WAVE_BYTES", raw)
+    with pytest.raises(ValueError, match=r"CUZARR_GPU_WAVE_BYTES") as info:
+        Settings.from_env()
+    assert repr(raw) in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, None, "4096", 1.5])
+def test_a_bad_gpu_wave_setting_is_refused(bad):
+    with pytest.raises(ValueError, match=r"gpu_wave_bytes: expected an integer >= 1"):
+        Settings(gpu_wave_bytes=bad)
+
+
 def test_configure_sets_and_restores_the_crossover():
     before = get_settings().gpu_crossover_bytes
     with cuzarr.configure(gpu_crossover_bytes=4096):

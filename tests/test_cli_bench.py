@@ -171,3 +171,19 @@ def test_help_and_errors(tmp_path: Path) -> None:
     assert "expected an integer >= 1" in done.stderr
     done = _run(cwd=tmp_path)
     assert done.returncode == 2
+
+
+def test_the_report_names_cuzarrs_version_when_run_from_a_source_tree(monkeypatch):
+    """On the GPU machine cuzarr runs from ``src`` on ``PYTHONPATH``, not installed: the report
+    said ``cuzarr None`` there (bench/results/gpu-check-2026-12-06)."""
+    import importlib.metadata
+
+    import cuzarr
+    from cuzarr import bench_report
+
+    def not_installed(dist):
+        raise importlib.metadata.PackageNotFoundError(dist)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert bench_report._version("cuzarr") == cuzarr.__version__
+    assert bench_report._version("zarr") is None

@@ -124,9 +124,14 @@ class BenchReport:
 
 
 def _version(dist: str) -> str | None:
+    """``dist``'s installed version; cuzarr's own from the package when run from a source tree."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
+        if dist == "cuzarr":
+            from cuzarr import __version__
+
+            return __version__
         return None
 
 

@@ -4,7 +4,7 @@ Settings are a frozen dataclass. Each :class:`cuzarr.Pipeline` captures the sett
 when zarr creates it (so they travel with a pickled array to Dask workers); the explicit API
 takes them per call. Environment variables give the defaults, so worker processes started with
 the same environment behave the same: ``CUZARR_THREADS``, ``CUZARR_STRICT``, ``CUZARR_DEVICE``,
-``CUZARR_ZSTD_ENCODER``, ``CUZARR_GPU_CROSSOVER_BYTES``.
+``CUZARR_ZSTD_ENCODER``, ``CUZARR_GPU_CROSSOVER_BYTES``, ``CUZARR_GPU_WAVE_BYTES``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ class Device(enum.StrEnum):
     AUTO = "auto"
     CPU = "cpu"
     GPU = "gpu"
+
+
+#: Default of :attr:`Settings.gpu_wave_bytes`.
+GPU_WAVE_BYTES = 1 << 30
 
 
 def _env_int(name: str) -> int | None:
@@ -102,7 +106,8 @@ class Settings:
     max_coalesced : int
         Largest coalesced range in bytes.
     max_bytes_in_flight : int
-        Bound on decoded-but-not-scattered and fetched-but-not-decoded bytes for huge reads.
+        Bound on decoded-but-not-scattered and fetched-but-not-decoded bytes for huge reads
+        and writes on the CPU (host memory); the GPU backends' waves use ``gpu_wave_bytes``.
     max_chunk_nbytes : int
         Refuse arrays whose single chunk would decode to more than this (untrusted metadata).
     io_concurrency : int
@@ -125,6 +130,14 @@ class Settings:
         ``None`` (the default): no crossover measured on this machine, so ``auto`` stays on the
         CPU. ``bench/gpu_check/measure.py`` reports ``recommended_gpu_crossover_bytes``;
         ``CUZARR_GPU_CROSSOVER_BYTES`` sets the default of :func:`get_settings`.
+    gpu_wave_bytes : int
+        Decoded bytes of one wave on the GPU backends (one nvCOMP call per algorithm), at most
+        a quarter of the device's free memory when the wave is planned. nvCOMP decodes each
+        stream mostly on its own (measured on an H100: ~0.1 GB/s a stream for LZ4, 0.3-0.6
+        for zstd), so a wave needs many streams to fill the device: the default, 1 GiB, is
+        128 chunks of 8 MiB, where nvCOMP's batched zstd decode ran at 53 GiB/s. The
+        host-side staging buffers (pinned) grow to one wave. ``CUZARR_GPU_WAVE_BYTES`` sets
+        the default of :func:`get_settings`.
     """
 
     device: Device = Device.AUTO
@@ -140,6 +153,7 @@ class Settings:
     io_concurrency: int = 32
     zstd_encoder: str = "zstandard"
     gpu_crossover_bytes: int | None = None
+    gpu_wave_bytes: int = GPU_WAVE_BYTES
 
     def __post_init__(self) -> None:
         crossover = self.gpu_crossover_bytes
@@ -148,6 +162,11 @@ class Settings:
         ):
             raise ValueError(
                 f"Settings.gpu_crossover_bytes: expected None or an integer >= 1, got {crossover!r}"
+            )
+        wave = self.gpu_wave_bytes
+        if isinstance(wave, bool) or not isinstance(wave, int) or wave < 1:
+            raise ValueError(
+                f"Settings.gpu_wave_bytes: expected an integer >= 1, got {wave!r}"
             )
         if self.zstd_encoder not in ZSTD_ENCODERS:
             raise ValueError(
@@ -177,6 +196,7 @@ class Settings:
             threads=_env_int("CUZARR_THREADS"),
             zstd_encoder=encoder,
             gpu_crossover_bytes=_env_int("CUZARR_GPU_CROSSOVER_BYTES"),
+            gpu_wave_bytes=_env_int("CUZARR_GPU_WAVE_BYTES") or GPU_WAVE_BYTES,
         )
 
     @property

@@ -129,21 +129,69 @@ def test_uncompressed_chunks_are_read_into_their_place(tmp_path, sim):
     assert not _events(sim, "h2d")
 
 
-def test_waves_follow_max_bytes_in_flight(tmp_path, sim):
+def _ones_zstd(path):
+    """A (64, 60) ``<f4`` array of ones in 16 zstd chunks of (16, 15): 960 bytes each."""
     z = zarr.create_array(
-        tmp_path / "a",
-        shape=(64, 60),
-        chunks=(16, 15),
-        dtype="<f4",
-        compressors=[zarr.codecs.ZstdCodec()],
+        path, shape=(64, 60), chunks=(16, 15), dtype="<f4", compressors=[zarr.codecs.ZstdCodec()]
     )
     z[...] = np.ones((64, 60), "<f4")
-    chunk_bytes = 16 * 15 * 4
-    with cuzarr.configure(max_bytes_in_flight=4 * chunk_bytes):
+    return 16 * 15 * 4
+
+
+def test_waves_follow_gpu_wave_bytes_not_the_hosts_bound(tmp_path, sim):
+    """nvCOMP decodes each stream mostly on its own (H100, 2026-12-06: a wave of eight 8 MiB
+    zstd chunks took 28 ms, 128 in one call 19 ms), so the GPU's waves are sized by
+    ``gpu_wave_bytes``; ``max_bytes_in_flight`` (host memory) no longer splits them."""
+    chunk_bytes = _ones_zstd(tmp_path / "a")
+    with cuzarr.configure(max_bytes_in_flight=chunk_bytes):
+        a = cuzarr.open(tmp_path / "a", device="gpu")
+        sim.reset()
+        np.testing.assert_array_equal(cp.asnumpy(a[...]), np.ones((64, 60), "<f4"))
+    assert [e.info["n"] for e in _events(sim, "decode", "Zstd")] == [16]
+    with cuzarr.configure(max_bytes_in_flight=chunk_bytes, gpu_wave_bytes=4 * chunk_bytes):
         a = cuzarr.open(tmp_path / "a", device="gpu")
         sim.reset()
         np.testing.assert_array_equal(cp.asnumpy(a[...]), np.ones((64, 60), "<f4"))
     assert [e.info["n"] for e in _events(sim, "decode", "Zstd")] == [4, 4, 4, 4]
+
+
+def test_a_wave_takes_at_most_a_quarter_of_the_free_device_memory(tmp_path, sim, monkeypatch):
+    chunk_bytes = _ones_zstd(tmp_path / "a")
+    total = 80 << 30
+    monkeypatch.setattr(cp.cuda.runtime, "memGetInfo", lambda: (16 * chunk_bytes, total))
+    a = cuzarr.open(tmp_path / "a", device="gpu")
+    sim.reset()
+    np.testing.assert_array_equal(cp.asnumpy(a[...]), np.ones((64, 60), "<f4"))
+    assert [e.info["n"] for e in _events(sim, "decode", "Zstd")] == [4, 4, 4, 4]
+
+
+def test_shard_waves_and_write_waves_follow_gpu_wave_bytes(tmp_path, sim):
+    """Shards read and written in waves of ``gpu_wave_bytes`` too: 4 shards of 4 inner chunks,
+    one decode call (and one encode call) for all 16 though the host's bound is one chunk."""
+    data = np.arange(64 * 64, dtype="<u2").reshape(64, 64)
+    inner = 16 * 16 * 2
+    with cuzarr.configure(max_bytes_in_flight=inner):
+        a = cuzarr.create(
+            tmp_path / "s",
+            shape=(64, 64),
+            chunks=(16, 16),
+            shards=(32, 32),
+            dtype="<u2",
+            compressors=[zarr.codecs.ZstdCodec()],
+            device="gpu",
+        )
+        sim.reset()
+        a[...] = cp.asarray(data)
+        assert [e.info["n"] for e in _events(sim, "encode", "Zstd")] == [16]
+        sim.reset()
+        np.testing.assert_array_equal(cp.asnumpy(a[...]), data)
+        assert [e.info["n"] for e in _events(sim, "decode", "Zstd")] == [16]
+        with cuzarr.configure(gpu_wave_bytes=2 * 32 * 32 * 2):  # two shards a wave
+            b = cuzarr.open(tmp_path / "s", device="gpu")
+            sim.reset()
+            np.testing.assert_array_equal(cp.asnumpy(b[...]), data)
+    assert [e.info["n"] for e in _events(sim, "decode", "Zstd")] == [8, 8]
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "s", mode="r")[...], data)
 
 
 def test_blosc_wave_decodes_streams_in_one_call_and_unshuffles_in_one_launch(tmp_path, sim):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +25,9 @@ from cuzarr.codecs.chain import ChunkCodec, V2ChunkCodec
 from cuzarr.codecs.sharding.reader import BackendReads
 from cuzarr.errors import CorruptChunkError, CuzarrError
 from cuzarr.stores.base import ChunkStore
+
+if TYPE_CHECKING:  # config imports the backends (zarr_buffers -> cpu)
+    from cuzarr.config import Settings
 
 __all__ = [
     "EACH",
@@ -167,6 +170,14 @@ class Backend(Protocol):
         """How to group ``n`` chunk reads (fetch and decode), decodes or encodes.
 
         ``threads`` is how many of the engine's threads run parallel batches.
+        """
+        ...
+
+    def wave_bytes(self, settings: Settings) -> int:
+        """Decoded bytes one wave of a large read or write holds (chunks, shards).
+
+        The CPU: ``settings.max_bytes_in_flight`` (host memory); the GPU:
+        ``settings.gpu_wave_bytes``, within the device's free memory.
         """
         ...
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +42,9 @@ from cuzarr.codecs.chain import ChunkCodec
 from cuzarr.codecs.numcodecs_ import zstd_decode_many
 from cuzarr.errors import CorruptChunkError
 from cuzarr.stores.base import ChunkStore
+
+if TYPE_CHECKING:  # config imports this module (through zarr_buffers)
+    from cuzarr.config import Settings
 
 __all__ = ["CpuBackend"]
 
@@ -241,6 +244,10 @@ class CpuBackend:
         return np.array(array, dtype=dtype, copy=True)
 
     # ------------------------------------------------------------------ planning
+
+    def wave_bytes(self, settings: Settings) -> int:
+        """``settings.max_bytes_in_flight``: a wave's decoded bytes are host memory."""
+        return settings.max_bytes_in_flight
 
     def batching(self, codec: Codec, n: int, *, remote: bool, op: Op, threads: int) -> Batching:
         """One chunk per task, except many small zstd chunks: ``ZSTD_BATCH`` per task.

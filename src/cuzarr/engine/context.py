@@ -72,8 +72,11 @@ class ArrayContext:
         return self.where(key).replace("chunk", "shard", 1)
 
     def per_wave(self, item_nbytes: int, max_count: int | None = None) -> int:
-        """How many items of ``item_nbytes`` decoded bytes one wave holds."""
-        n = max(1, self.settings.max_bytes_in_flight // max(1, item_nbytes))
+        """How many items of ``item_nbytes`` decoded bytes one wave holds.
+
+        A wave is the backend's :meth:`~cuzarr.backends.base.Backend.wave_bytes`.
+        """
+        n = max(1, self.backend.wave_bytes(self.settings) // max(1, item_nbytes))
         return n if max_count is None else min(n, max_count)
 
 

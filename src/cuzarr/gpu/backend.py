@@ -3,11 +3,13 @@
 :class:`GpuBackend` implements :class:`~cuzarr.backends.base.Backend` and nothing else: the
 engine's read and write loops (the same code as on the CPU) fetch, lock, put conditionally,
 apply the empty-chunk rule and count; this backend decodes and encodes the batches they hand it.
-Work is grouped in waves (up to ``Settings.max_bytes_in_flight`` decoded bytes, at most
-``MAX_BATCH`` chunks): the stored chunks of a wave are fetched on the I/O threads, packed into
-one pinned buffer, uploaded once and decoded in one nvCOMP call per algorithm
-(:mod:`cuzarr.gpu.device`). Chains without a GPU path decode (and encode) on the CPU and move
-their results across (logged once per array, counted as ``gpu_cpu_decodes`` / ``gpu_cpu_encodes``).
+Work is grouped in waves (up to ``Settings.gpu_wave_bytes`` decoded bytes within the device's
+free memory, at most ``MAX_BATCH`` chunks: nvCOMP needs many streams per call to fill a GPU):
+the stored chunks of a wave are read into device memory (kvikio) or fetched on the I/O
+threads, packed into one pinned buffer and uploaded once, then decoded in one nvCOMP call per
+algorithm (:mod:`cuzarr.gpu.device`). Chains without a GPU path decode (and encode) on the
+CPU and move their results across (logged once per array, counted as ``gpu_cpu_decodes`` /
+``gpu_cpu_encodes``).
 
 Imported only for ``device="gpu"``: it imports CuPy and nvCOMP.
 """
@@ -56,8 +58,8 @@ class GpuBackend:
     Parameters
     ----------
     settings : Settings
-        ``max_bytes_in_flight`` sizes the waves; ``threads`` the CPU decodes of chains
-        without a GPU path.
+        ``gpu_wave_bytes`` sizes the waves (within the device's free memory); ``threads`` the
+        CPU decodes of chains without a GPU path.
     """
 
     name = "gpu"
@@ -103,9 +105,14 @@ class GpuBackend:
 
     # ------------------------------------------------------------------ planning
 
+    def wave_bytes(self, settings: Settings) -> int:
+        """``settings.gpu_wave_bytes``, at most a quarter of the device's free memory."""
+        free, _total = cupy.cuda.runtime.memGetInfo()
+        return max(1, min(settings.gpu_wave_bytes, int(free) // 4))
+
     def batching(self, codec: Codec, n: int, *, remote: bool, op: Op, threads: int) -> Batching:
-        """Waves: up to ``max_bytes_in_flight`` decoded bytes and ``MAX_BATCH`` chunks per call."""
-        per_wave = max(1, self.settings.max_bytes_in_flight // max(1, codec.nbytes))
+        """Waves: up to :meth:`wave_bytes` decoded bytes and ``MAX_BATCH`` chunks per call."""
+        per_wave = max(1, self.wave_bytes(self.settings) // max(1, codec.nbytes))
         return Batching(size=max(1, min(MAX_BATCH, per_wave, n)), parallel=False)
 
     def size_hint(self, codec: Codec) -> int | None:

@@ -60,7 +60,7 @@ class GpuHostBackend(GpuBackend):
     Parameters
     ----------
     settings : Settings
-        As for :class:`~cuzarr.gpu.backend.GpuBackend`: ``max_bytes_in_flight`` sizes the
+        As for :class:`~cuzarr.gpu.backend.GpuBackend`: ``gpu_wave_bytes`` sizes the
         waves (and so each device-to-host copy), ``threads`` the CPU decodes of chains
         without a GPU path.
     """
