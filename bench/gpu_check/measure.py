@@ -1,6 +1,6 @@
 """GPU measurements of the issue's benchmark, in one run; writes one JSON.
 
-Usage: ``python3 measure.py OUT.json [--size-gib 2]``. Every measurement is guarded: one that
+Usage: ``python3 measure.py OUT.json [--size-gib 1]``. Every measurement is guarded: one that
 fails records its error and the others still run. Arrays live in /dev/shm or /tmp (page cache).
 """
 
@@ -144,6 +144,12 @@ def end_to_end(
     finally:
         GpuBackend.fetch = kvikio_fetch  # type: ignore[method-assign]
     ok = ok and bool((out[::step].get() == data[::step]).all())
+    # The waves as they were before gpu_wave_bytes (64 MiB of decoded chunks, the host's
+    # max_bytes_in_flight): the change's gain in the same run. One repeat (64 MiB LZ4 chunks
+    # took 9 s a read on the H100 this way).
+    old = cuzarr.open(path, device="gpu", settings=replace(settings, gpu_wave_bytes=64 * MIB))
+    t_gpu_64mib_waves = best(lambda: old.read(..., out=out), reps=1)
+    ok = ok and bool((out[::step].get() == data[::step]).all())
     # What device="auto" runs past a crossover: decoded on the GPU, NumPy results.
     host = cuzarr.open(path, device="auto", settings=replace(settings, gpu_crossover_bytes=1))
     host_out = np.empty(n, "u2")
@@ -158,6 +164,8 @@ def end_to_end(
         "gpu_s": t_gpu,
         "gpu_host_reads_s": t_gpu_host_reads,
         "gpu_host_reads_over_kvikio": t_gpu / t_gpu_host_reads,
+        "gpu_64mib_waves_s": t_gpu_64mib_waves,
+        "gpu_wave_gain": t_gpu_64mib_waves / t_gpu,
         "cpu_s": t_cpu,
         "gpu_host_s": t_host,
         "gpu_host_backend": host._engine.backend.name,
@@ -234,7 +242,7 @@ def commit() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--size-gib", type=float, default=2.0)
+    ap.add_argument("--size-gib", type=float, default=1.0)
     ap.add_argument("--chunk-mib", default="1,8,64", help="chunk sizes of the read sweep")
     args = ap.parse_args()
     nbytes = int(args.size_gib * GIB)

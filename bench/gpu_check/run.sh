@@ -44,7 +44,7 @@ timeout 60 python3 -m pytest -q -m gpu tests/gpu/test_gpu_corrupt.py -p no:cache
 echo "== 2b/4 where a GPU read's time goes"
 timeout 60 python3 bench/gpu_check/profile_read.py "$OUT/profile_read.txt" > /dev/null
 echo "== 3/4 measurements"
-timeout 240 python3 bench/gpu_check/measure.py "$OUT/gpu_check.json" --size-gib "${SIZE_GIB:-2}"
+timeout 300 python3 bench/gpu_check/measure.py "$OUT/gpu_check.json" --size-gib "${SIZE_GIB:-1}"
 echo "== 4/4 cuzarr bench --device gpu (the command users run)"
 timeout 120 python3 -m cuzarr bench --device gpu --repeats 2 --json "$OUT/bench_gpu.json" \
     2>&1 | tee "$OUT/bench_gpu.txt" | tail -12
