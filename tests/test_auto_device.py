@@ -28,21 +28,38 @@ def _array(path):
     z[...] = np.arange(40, dtype="<i4")
 
 
+#: The integer settings read from the environment: (variable, attribute, cases of raw -> value).
+ENV_INTS = [
+    (
+        "CUZARR_GPU_CROSSOVER_BYTES",
+        "gpu_crossover_bytes",
+        [("1048576", 1 << 20), ("1", 1), ("", None), (None, None)],
+    ),
+    (
+        "CUZARR_GPU_WAVE_BYTES",
+        "gpu_wave_bytes",
+        [("268435456", 1 << 28), ("1", 1), ("", 1 << 30), (None, 1 << 30)],
+    ),
+]
+
+
 @pytest.mark.parametrize(
-    ("raw", "want"), [("1048576", 1 << 20), ("1", 1), ("", None), (None, None)]
+    ("variable", "attribute", "raw", "want"),
+    [(v, a, raw, want) for v, a, cases in ENV_INTS for raw, want in cases],
 )
-def test_the_crossover_comes_from_the_environment(monkeypatch, raw, want):
+def test_integer_settings_come_from_the_environment(monkeypatch, variable, attribute, raw, want):
     if raw is None:
-        monkeypatch.delenv("CUZARR_GPU_CROSSOVER_BYTES", raising=False)
+        monkeypatch.delenv(variable, raising=False)
     else:
-        monkeypatch.setenv("CUZARR_GPU_CROSSOVER_BYTES", raw)
-    assert Settings.from_env().gpu_crossover_bytes == want
+        monkeypatch.setenv(variable, raw)
+    assert getattr(Settings.from_env(), attribute) == want
 
 
-@pytest.mark.parametrize("raw", ["abc", "1.5", "0", "-4", "8MiB"])
-def test_a_bad_crossover_in_the_environment_is_named(monkeypatch, raw):
-    monkeypatch.setenv("CUZARR_GPU_CROSSOVER_BYTES", raw)
-    with pytest.raises(ValueError, match=r"CUZARR_GPU_CROSSOVER_BYTES") as info:
+@pytest.mark.parametrize("variable", [v for v, _a, _cases in ENV_INTS])
+@pytest.mark.parametrize("raw", ["abc", "1.5", "0", "-4", "8MiB", "1GiB"])
+def test_a_bad_integer_in_the_environment_is_named(monkeypatch, variable, raw):
+    monkeypatch.setenv(variable, raw)
+    with pytest.raises(ValueError, match=variable) as info:
         Settings.from_env()
     assert repr(raw) in str(info.value)
 
@@ -53,25 +70,6 @@ def test_a_bad_crossover_setting_is_refused(bad):
         Settings(gpu_crossover_bytes=bad)
     with pytest.raises(ValueError, match=r"gpu_crossover_bytes"):
         cuzarr.configure(gpu_crossover_bytes=bad)
-
-
-@pytest.mark.parametrize(
-    ("raw", "want"), [("268435456", 1 << 28), ("1", 1), ("", 1 << 30), (None, 1 << 30)]
-)
-def test_the_gpu_wave_comes_from_the_environment(monkeypatch, raw, want):
-    if raw is None:
-        monkeypatch.delenv("CUZARR_GPU_WAVE_BYTES", raising=False)
-    else:
-        monkeypatch.setenv("CUZARR_GPU_WAVE_BYTES", raw)
-    assert Settings.from_env().gpu_wave_bytes == want
-
-
-@pytest.mark.parametrize("raw", ["abc", "0", "-4", "1GiB"])
-def test_a_bad_gpu_wave_in_the_environment_is_named(monkeypatch, raw):
-    monkeypatch.setenv("CUZARR_GPU_WAVE_BYTES", raw)
-    with pytest.raises(ValueError, match=r"CUZARR_GPU_WAVE_BYTES") as info:
-        Settings.from_env()
-    assert repr(raw) in str(info.value)
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, None, "4096", 1.5])
