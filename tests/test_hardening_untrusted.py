@@ -19,6 +19,8 @@ import numcodecs
 import numpy as np
 import pytest
 import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from zarr.codecs import BloscCodec, BytesCodec, GzipCodec, ZstdCodec
 from zarr.storage import LocalStore
 
@@ -485,6 +487,34 @@ def test_local_store_refuses_escaping_keys(tmp_path: Path, key: str) -> None:
 @pytest.mark.parametrize("key", ["c/0/0", "0.0", "a/b/c/1.2.3", "zarr.json", "x..y", "..a"])
 def test_ordinary_keys_are_accepted(key: str) -> None:
     assert check_key(key) == key
+
+
+def _key_is_safe(key: str) -> bool:
+    """check_key's rule, stated plainly (the function has a fast path for plain keys)."""
+    segments = key.split("/")
+    return bool(
+        key
+        and not key.startswith("/")
+        and "\\" not in key
+        and "\0" not in key
+        and all(seg not in ("", ".", "..") for seg in segments)
+        and not key.endswith(TEMP_SUFFIX)
+    )
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.one_of(
+        st.text(alphabet="ab1_-./\\\0\u00e9", max_size=14),
+        st.from_regex(r"[a-c0-9._-]{0,4}(/[a-c0-9._-]{0,4}){0,3}(\.partial)?", fullmatch=True),
+    )
+)
+def test_check_key_accepts_exactly_the_safe_keys(key: str) -> None:
+    if _key_is_safe(key):
+        assert check_key(key) == key
+    else:
+        with pytest.raises(StoreError, match="Refusing key"):
+            check_key(key)
 
 
 def test_zarr_refuses_escaping_array_paths(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,12 @@ from cuzarr.stores.replace import EXCHANGE_MIN, TEMP_SUFFIX
 __all__ = ["EXCHANGE_MIN", "TEMP_SUFFIX", "LocalChunkStore", "check_key", "file_version"]
 
 _BAD_SEGMENTS = frozenset(("", ".", ".."))
+#: Keys of ASCII letters, digits, ``_`` and ``-`` in segments of dot-joined runs (zarr's chunk
+#: keys, ``c/3/14/15`` or ``3.14.15``): none of them is empty or absolute, has an empty, ``.``
+#: or ``..`` segment, a backslash or a NUL, so of :func:`check_key`'s tests only the
+#: temporary-file suffix is left to make (one match, ~0.2 us, against ~0.4 us a key for them
+#: all; the check runs once per chunk of a batch).
+_PLAIN_KEY = re.compile(r"[\w-]+(?:\.[\w-]+)*(?:/[\w-]+(?:\.[\w-]+)*)*", re.ASCII)
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL
 #: ``GetResult`` from a tuple without the Python-level ``__new__`` (small reads are hot).
@@ -65,6 +72,8 @@ def check_key(key: str, store: str = "the store") -> str:
     StoreError
         Naming the key and the store.
     """
+    if _PLAIN_KEY.fullmatch(key) is not None and not key.endswith(TEMP_SUFFIX):
+        return key
     if (
         not key
         or key[0] == "/"
