@@ -399,6 +399,32 @@ def test_pack_aligns_and_preserves_parts():
     assert np.shares_memory(plan.pack(parts, out=buf).data, buf)
 
 
+@pytest.mark.parametrize("window", [1, 7, 16, 100, 4096])
+@pytest.mark.parametrize("leads", [False, True])
+def test_packing_window_by_window_gives_packs_bytes(window, leads):
+    rng = np.random.default_rng(window + leads)
+    sizes = rng.integers(0, 300, 25)
+    sizes[3] = 0
+    parts = [rng.integers(0, 256, int(n), dtype=np.uint8).tobytes() for n in sizes]
+    lead = [int(x) for x in rng.integers(0, 16, len(parts))] if leads else None
+    whole = plan.pack(parts, align=16, leads=lead)
+    offsets, total = plan.layout([len(p) for p in parts], align=16, leads=lead)
+    assert offsets.tolist() == whole.offsets.tolist() and total == whole.data.size
+    got = np.zeros(total, np.uint8)
+    want = np.zeros(total, np.uint8)
+    for p, off in zip(parts, offsets.tolist(), strict=True):
+        want[off : off + len(p)] = np.frombuffer(p, np.uint8)  # pads stay 0 in both
+    stage = np.full(window, 0xEE, np.uint8)
+    for lo in range(0, total, window):
+        view = stage[: min(window, total - lo)]
+        view[...] = 0  # pads are left as they are: zero them as `want` has them
+        plan.pack_window(parts, offsets.tolist(), lo, view)
+        got[lo : lo + view.size] = view
+    assert got.tobytes() == want.tobytes()
+    for p, off in zip(parts, whole.offsets.tolist(), strict=True):
+        assert whole.data[off : off + len(p)].tobytes() == p
+
+
 # ---------------------------------------------------------------- chain classification
 
 

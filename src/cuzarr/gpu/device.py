@@ -58,7 +58,8 @@ from cuzarr.gpu import blosc_frames, crc, nvcomp_batched, streams, zstd_frames
 from cuzarr.gpu.checksums import append_crc32c, checksums, verify_crc32c
 from cuzarr.gpu.files import ALIGN, DeviceChunk, aligned_slots, span, stream_prefix
 from cuzarr.gpu.launch import byteswap, copy_ranges, launch, table_launch
-from cuzarr.gpu.plan import GpuChain, pack
+from cuzarr.gpu.pinned import upload
+from cuzarr.gpu.plan import GpuChain
 
 __all__ = [
     "all_fill",
@@ -199,45 +200,6 @@ def encode_batch(
     host = cupy.asnumpy(out)
     streams_ = [host[s : s + n] for s, n in zip(starts, sizes, strict=True)]
     return EncodedBatch(out, starts, sizes, streams_)
-
-
-# ---------------------------------------------------------------------- pinned staging
-
-
-class _Pinned:
-    """A growing pinned host buffer per thread for one H2D copy per wave."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-
-    def get(self, nbytes: int) -> npt.NDArray[np.uint8]:
-        buf: npt.NDArray[np.uint8] | None = getattr(self._local, "buf", None)
-        if buf is None or buf.nbytes < nbytes:
-            mem = cupy.cuda.alloc_pinned_memory(max(nbytes, 1 << 20))
-            buf = np.frombuffer(mem, np.uint8, count=max(nbytes, 1 << 20))
-            self._local.buf = buf
-            self._local.mem = mem
-        return buf
-
-
-_pinned = _Pinned()
-
-
-def upload(
-    parts: Sequence[Buf], leads: Sequence[int] | None = None
-) -> tuple[Any, list[int], list[int]]:
-    """Pack host byte strings into pinned memory and copy them to the device in one go.
-
-    Returns the device buffer and each part's offset (``ALIGN``-aligned, as nvCOMP wants its
-    inputs; with ``leads``, byte ``leads[i]`` of each part is the aligned one) and size.
-    """
-    sizes = [memoryview(p).nbytes for p in parts]
-    total = sum(sizes) + 2 * ALIGN * len(sizes)  # >= the packed size, pads included
-    batch = pack(parts, align=ALIGN, out=_pinned.get(total), leads=leads)
-    dev = cupy.empty(max(1, batch.data.nbytes), cupy.uint8)
-    if batch.data.nbytes:
-        dev[: batch.data.nbytes].set(batch.data)
-    return dev, batch.offsets.tolist(), sizes
 
 
 def _one_buffer(chunks: Sequence[DeviceChunk], prefixes: Sequence[int]) -> list[DeviceChunk]:

@@ -3,23 +3,23 @@
 :class:`GpuHostBackend` decodes and encodes on the GPU exactly as
 :class:`~cuzarr.gpu.backend.GpuBackend` does (waves, kvikio reads of local files, one nvCOMP
 call per algorithm, the same CPU fallbacks), but its arrays are NumPy arrays: a decoded wave is
-gathered in one device buffer and brought to the host in one copy into pinned memory, and the
-chunks of a written wave go to the device in one pinned upload. ``device="auto"`` picks it per
-array by the measured crossover (``Settings.gpu_crossover_bytes``,
-:func:`cuzarr.backends.select.backend_for`), so ``auto`` returns NumPy arrays on every machine.
+gathered in one device buffer and brought to the host in one copy into pinned memory (in
+windows where it is larger than the thread's pinned stage, :mod:`cuzarr.gpu.pinned`), and
+the chunks of a written wave go to the device through the same kind of stage.
+``device="auto"`` picks it per array by the measured crossover
+(``Settings.gpu_crossover_bytes``, :func:`cuzarr.backends.select.backend_for`), so ``auto``
+returns NumPy arrays on every machine.
 
 Imported only when chosen: it imports CuPy and nvCOMP.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import cupy
 import numpy as np
-import numpy.typing as npt
 
 from cuzarr.backends.base import Codec, DecodeItem, Namer, reraise_decode
 from cuzarr.backends.cpu import CpuBackend
@@ -27,32 +27,11 @@ from cuzarr.backends.pool import parallel_map
 from cuzarr.codecs.base import Buf
 from cuzarr.config import Settings
 from cuzarr.diagnostics import count
-from cuzarr.gpu import device
+from cuzarr.gpu import pinned
 from cuzarr.gpu.backend import GpuBackend
 from cuzarr.stores.base import ChunkStore
 
 __all__ = ["GpuHostBackend"]
-
-#: Smallest pinned staging buffer (grown to the largest wave a thread has seen).
-_MIN_STAGE = 1 << 20
-
-
-class _PinnedStage:
-    """A growing pinned host buffer per thread: where a wave's device-to-host copy lands."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-
-    def get(self, nbytes: int) -> npt.NDArray[np.uint8]:
-        """At least ``nbytes`` of this thread's pinned memory (its previous contents dropped)."""
-        buf: npt.NDArray[np.uint8] | None = getattr(self._local, "buf", None)
-        if buf is None or buf.nbytes < nbytes:
-            size = max(nbytes, _MIN_STAGE)
-            mem = cupy.cuda.alloc_pinned_memory(size)
-            buf = np.frombuffer(mem, np.uint8, count=size)
-            self._local.buf = buf
-        return buf
-
 
 class GpuHostBackend(GpuBackend):
     """Decodes and encodes on the GPU; reads return, and writes take, NumPy arrays.
@@ -71,7 +50,7 @@ class GpuHostBackend(GpuBackend):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self._cpu = CpuBackend()
-        self._stage = _PinnedStage()
+        self._stage = pinned.PinnedStage("downloads")
 
     # ------------------------------------------------------------------ memory
 
@@ -108,7 +87,9 @@ class GpuHostBackend(GpuBackend):
         falls back to the CPU as it does for ``device="gpu"``), copied to this thread's pinned
         staging buffer at once, then placed in each item's ``dest`` (NumPy). Items without a
         ``dest`` get a view of the staging buffer, valid until the next decode on this thread
-        (the contract of :class:`~cuzarr.backends.base.DecodeItem`). Chains without a GPU
+        (the contract of :class:`~cuzarr.backends.base.DecodeItem`). A wave larger than the
+        stage (:data:`~cuzarr.gpu.pinned.STAGE_BYTES`) comes back in windows of whole chunks,
+        one copy each, and its items without a ``dest`` get copies. Chains without a GPU
         path decode on the CPU straight into their destinations (``gpu_cpu_decodes``).
         """
         if not items:
@@ -122,15 +103,23 @@ class GpuHostBackend(GpuBackend):
             )
         wave = cupy.empty((len(items), *codec.shape), codec.dtype)
         super().decode(codec, [item._replace(dest=wave[i]) for i, item in enumerate(items)], name)
-        host = self._stage.get(wave.nbytes)[: wave.nbytes].view(codec.dtype).reshape(wave.shape)
-        wave.get(out=host)  # the wave's one device-to-host copy
+        per_copy = max(1, pinned.STAGE_BYTES // max(1, codec.nbytes))
+        if per_copy >= len(items):  # the wave's one device-to-host copy
+            host = self._stage.get(wave.nbytes)[: wave.nbytes].view(codec.dtype)
+            host = host.reshape(wave.shape)
+            wave.get(out=host)
+            return [chunk if item.dest is None else _place(item.dest, chunk)
+                    for item, chunk in zip(items, host, strict=True)]
+        # A wave larger than the stage: copied in windows of whole chunks; chunks without a
+        # destination are copied out of the stage before the next window overwrites it.
         out: list[Any] = []
-        for item, chunk in zip(items, host, strict=True):
-            if item.dest is None:
-                out.append(chunk)
-            else:
-                item.dest[...] = chunk
-                out.append(item.dest)
+        for lo in range(0, len(items), per_copy):
+            part = wave[lo : lo + per_copy]
+            host = self._stage.get(part.nbytes)[: part.nbytes].view(codec.dtype)
+            host = host.reshape(part.shape)
+            part.get(out=host)
+            out += [chunk.copy() if item.dest is None else _place(item.dest, chunk)
+                    for item, chunk in zip(items[lo : lo + per_copy], host, strict=True)]
         return out
 
     @staticmethod
@@ -141,15 +130,12 @@ class GpuHostBackend(GpuBackend):
         except Exception as exc:
             reraise_decode(name(item.key, item.inner), exc)
             raise  # pragma: no cover - reraise_decode always raises
-        if item.dest is None:
-            return chunk
-        item.dest[...] = chunk
-        return item.dest
+        return chunk if item.dest is None else _place(item.dest, chunk)
 
     # ------------------------------------------------------------------ writes
 
     def encode(self, codec: Codec, chunks: Sequence[Any]) -> list[Buf]:
-        """Upload a wave of host chunks in one pinned copy and encode it on the GPU.
+        """Upload a wave of host chunks through the pinned stage and encode it on the GPU.
 
         Chains without a GPU encoder are encoded on the CPU where the chunks are
         (``gpu_cpu_encodes``); the others go to ``GpuBackend.encode`` as device arrays.
@@ -160,9 +146,15 @@ class GpuHostBackend(GpuBackend):
             count("gpu_cpu_encodes", len(chunks))
             return self._cpu.encode(codec, chunks)
         flats = [np.ascontiguousarray(c).reshape(-1).view(np.uint8) for c in chunks]
-        dev, offsets, sizes = device.upload(flats)  # the wave's one host-to-device copy
+        dev, offsets, sizes = pinned.upload(flats)  # through the pinned stage
         on_device = [
             dev[o : o + n].view(c.dtype).reshape(c.shape)
             for c, o, n in zip(chunks, offsets, sizes, strict=True)
         ]
         return super().encode(codec, on_device)
+
+
+def _place(dest: Any, chunk: Any) -> Any:
+    """Copy ``chunk`` into ``dest`` and return ``dest``."""
+    dest[...] = chunk
+    return dest

@@ -42,7 +42,9 @@ __all__ = [
     "byteswap_indices",
     "classify_chain",
     "make_waves",
+    "layout",
     "pack",
+    "pack_window",
     "scatter_descriptor",
     "scatter_reference",
 ]
@@ -263,6 +265,30 @@ class PackedBatch:
     sizes: npt.NDArray[np.int64]
 
 
+def layout(
+    sizes: Sequence[int] | npt.NDArray[np.int64],
+    *,
+    align: int = 8,
+    leads: Sequence[int] | None = None,
+) -> tuple[npt.NDArray[np.int64], int]:
+    """Where :func:`pack` puts parts of ``sizes`` bytes: each part's offset, and the total.
+
+    Each part gets a slot of a multiple of ``align`` bytes; it starts at its slot's start, or
+    with ``leads``, far enough in that its byte ``leads[i]`` is aligned.
+    """
+    n = len(sizes)
+    sizes_ = np.asarray(sizes, dtype=np.int64).reshape(n)
+    pads = np.zeros(n, np.int64)
+    if leads is not None:
+        pads = (-np.asarray(leads, np.int64)) % align
+    padded = (pads + sizes_ + (align - 1)) // align * align
+    offsets = np.zeros(n, np.int64)
+    if n > 1:
+        np.cumsum(padded[:-1], out=offsets[1:])
+    offsets += pads
+    return offsets, int(padded.sum()) if n else 0
+
+
 def pack(
     parts: Sequence[Buf],
     *,
@@ -285,19 +311,36 @@ def pack(
         wrapper's prefix); the part then starts up to ``align - 1`` bytes into its slot.
     """
     sizes = np.array([memoryview(p).nbytes for p in parts], dtype=np.int64)
-    pads = np.zeros(len(parts), np.int64)
-    if leads is not None:
-        pads = (-np.asarray(leads, np.int64)) % align
-    padded = (pads + sizes + (align - 1)) // align * align
-    offsets = np.zeros(len(parts), np.int64)
-    if len(parts) > 1:
-        np.cumsum(padded[:-1], out=offsets[1:])
-    offsets += pads
-    total = int(padded.sum()) if len(parts) else 0
+    offsets, total = layout(sizes, align=align, leads=leads)
     data = out[:total] if out is not None and out.nbytes >= total else np.empty(total, np.uint8)
     for p, off, size in zip(parts, offsets.tolist(), sizes.tolist(), strict=True):
         data[off : off + size] = np.frombuffer(p, np.uint8, count=size)
     return PackedBatch(data=data, offsets=offsets, sizes=sizes)
+
+
+def pack_window(
+    parts: Sequence[Buf],
+    offsets: Sequence[int],
+    start: int,
+    out: npt.NDArray[np.uint8],
+) -> None:
+    """Copy into ``out`` the bytes of the packed layout from ``start`` to ``start + out.size``.
+
+    ``offsets``: each part's offset in the layout (:func:`layout`), in increasing order. A
+    part may lie partly in the window; the pads between parts are left as they are. Packing a
+    layout window by window through one buffer gives, window for window, the bytes
+    :func:`pack` writes.
+    """
+    stop = start + out.size
+    for p, off in zip(parts, offsets, strict=True):
+        view = np.frombuffer(p, np.uint8)
+        end = off + view.size
+        if end <= start:
+            continue
+        if off >= stop:
+            break
+        lo, hi = max(off, start), min(end, stop)
+        out[lo - start : hi - start] = view[lo - off : hi - off]
 
 
 # ---------------------------------------------------------------------- scatter
