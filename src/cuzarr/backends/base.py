@@ -40,6 +40,7 @@ __all__ = [
     "Namer",
     "Op",
     "decode_failure",
+    "per_wave",
 ]
 
 Codec = ChunkCodec | V2ChunkCodec
@@ -121,6 +122,11 @@ class Batching:
 
 #: One chunk per task, tasks in parallel: what the CPU does for most work.
 EACH = Batching(size=1, parallel=True)
+
+
+def per_wave(wave_bytes: int, item_nbytes: int) -> int:
+    """How many items of ``item_nbytes`` decoded bytes a wave of ``wave_bytes`` holds (>= 1)."""
+    return max(1, wave_bytes // max(1, item_nbytes))
 
 
 def decode_failure(where: str, exc: Exception) -> CorruptChunkError:

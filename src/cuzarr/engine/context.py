@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cuzarr.backends.base import Backend, Batching, Codec
+from cuzarr.backends.base import Backend, Batching, Codec, per_wave
 from cuzarr.backends.pool import parallel_map
 from cuzarr.codecs.sharding.format import ShardingCodec
 from cuzarr.codecs.sharding.reader import ShardReader
@@ -76,7 +76,7 @@ class ArrayContext:
 
         A wave is the backend's :meth:`~cuzarr.backends.base.Backend.wave_bytes`.
         """
-        n = max(1, self.backend.wave_bytes(self.settings) // max(1, item_nbytes))
+        n = per_wave(self.backend.wave_bytes(self.settings), item_nbytes)
         return n if max_count is None else min(n, max_count)
 
 

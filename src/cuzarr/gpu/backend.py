@@ -30,6 +30,7 @@ from cuzarr.backends.base import (
     InnerGrid,
     Namer,
     Op,
+    per_wave,
     reraise_decode,
 )
 from cuzarr.backends.pool import parallel_map
@@ -112,8 +113,8 @@ class GpuBackend:
 
     def batching(self, codec: Codec, n: int, *, remote: bool, op: Op, threads: int) -> Batching:
         """Waves: up to :meth:`wave_bytes` decoded bytes and ``MAX_BATCH`` chunks per call."""
-        per_wave = max(1, self.wave_bytes(self.settings) // max(1, codec.nbytes))
-        return Batching(size=max(1, min(MAX_BATCH, per_wave, n)), parallel=False)
+        size = per_wave(self.wave_bytes(self.settings), codec.nbytes)
+        return Batching(size=max(1, min(MAX_BATCH, size, n)), parallel=False)
 
     def size_hint(self, codec: Codec) -> int | None:
         """No small-read hint: waves read whole chunks."""
