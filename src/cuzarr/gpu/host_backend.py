@@ -103,23 +103,21 @@ class GpuHostBackend(GpuBackend):
             )
         wave = cupy.empty((len(items), *codec.shape), codec.dtype)
         super().decode(codec, [item._replace(dest=wave[i]) for i, item in enumerate(items)], name)
-        per_copy = max(1, pinned.STAGE_BYTES // max(1, codec.nbytes))
-        if per_copy >= len(items):  # the wave's one device-to-host copy
-            host = self._stage.get(wave.nbytes)[: wave.nbytes].view(codec.dtype)
-            host = host.reshape(wave.shape)
-            wave.get(out=host)
-            return [chunk if item.dest is None else _place(item.dest, chunk)
-                    for item, chunk in zip(items, host, strict=True)]
-        # A wave larger than the stage: copied in windows of whole chunks; chunks without a
-        # destination are copied out of the stage before the next window overwrites it.
+        # One copy for the wave, or windows of whole chunks where it is larger than the stage;
+        # then chunks without a destination are copied out of the stage before the next
+        # window overwrites it (with one window they stay views of it).
+        windows = range(0, len(items), max(1, pinned.STAGE_BYTES // max(1, codec.nbytes)))
         out: list[Any] = []
-        for lo in range(0, len(items), per_copy):
-            part = wave[lo : lo + per_copy]
+        for lo in windows:
+            part = wave[lo : lo + windows.step]
             host = self._stage.get(part.nbytes)[: part.nbytes].view(codec.dtype)
             host = host.reshape(part.shape)
             part.get(out=host)
-            out += [chunk.copy() if item.dest is None else _place(item.dest, chunk)
-                    for item, chunk in zip(items[lo : lo + per_copy], host, strict=True)]
+            for item, chunk in zip(items[lo : lo + windows.step], host, strict=True):
+                if item.dest is not None:
+                    out.append(_place(item.dest, chunk))
+                else:
+                    out.append(chunk.copy() if len(windows) > 1 else chunk)
         return out
 
     @staticmethod
