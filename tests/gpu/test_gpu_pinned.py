@@ -15,11 +15,12 @@ import pytest
 import zarr
 
 import cuzarr
-from cuzarr.gpu import pinned
 
 pytestmark = pytest.mark.gpu
 
 cp = pytest.importorskip("cupy")
+
+from cuzarr.gpu import pinned  # noqa: E402  (imports CuPy: only once it is there)
 
 STAGE = 4096
 
