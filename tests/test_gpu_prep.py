@@ -389,27 +389,32 @@ def test_make_waves_bounds_and_cover():
         plan.make_waves([1], max_bytes=0, max_count=1)
 
 
-def test_pack_aligns_and_preserves_parts():
+def test_layout_aligns_each_part_and_one_window_preserves_them():
     parts = [b"abc", b"", bytes(range(17)), np.arange(5, dtype=np.uint8)]
-    batch = plan.pack(parts, align=8)
-    assert (batch.offsets % 8 == 0).all()
-    for p, off, size in zip(parts, batch.offsets, batch.sizes, strict=True):
-        assert batch.data[off : off + size].tobytes() == bytes(memoryview(p))
-    buf = np.zeros(1024, np.uint8)
-    assert np.shares_memory(plan.pack(parts, out=buf).data, buf)
+    sizes = [memoryview(p).nbytes for p in parts]
+    offsets, total = plan.layout(sizes, align=8)
+    assert offsets.tolist() == [0, 8, 8, 32] and total == 40
+    out = np.zeros(total, np.uint8)
+    plan.pack_window(parts, offsets.tolist(), 0, out)
+    for p, off, size in zip(parts, offsets.tolist(), sizes, strict=True):
+        assert out[off : off + size].tobytes() == bytes(memoryview(p))
+    assert plan.layout([], align=8)[1] == 0
 
 
 @pytest.mark.parametrize("window", [1, 7, 16, 100, 4096])
 @pytest.mark.parametrize("leads", [False, True])
-def test_packing_window_by_window_gives_packs_bytes(window, leads):
+def test_packing_window_by_window_puts_every_part_at_its_offset(window, leads):
     rng = np.random.default_rng(window + leads)
     sizes = rng.integers(0, 300, 25)
     sizes[3] = 0
     parts = [rng.integers(0, 256, int(n), dtype=np.uint8).tobytes() for n in sizes]
-    lead = [int(x) for x in rng.integers(0, 16, len(parts))] if leads else None
-    whole = plan.pack(parts, align=16, leads=lead)
-    offsets, total = plan.layout([len(p) for p in parts], align=16, leads=lead)
-    assert offsets.tolist() == whole.offsets.tolist() and total == whole.data.size
+    lead = [int(x) for x in rng.integers(0, 16, len(parts))] if leads else [0] * len(parts)
+    offsets, total = plan.layout([len(p) for p in parts], align=16, leads=lead if leads else None)
+    ends = [off + len(p) for off, p in zip(offsets.tolist(), parts, strict=True)]
+    # Each part's lead byte 16-byte aligned, parts in order without overlap, all inside.
+    assert all((off + d) % 16 == 0 for off, d in zip(offsets.tolist(), lead, strict=True))
+    assert all(e <= nxt for e, nxt in zip(ends, offsets.tolist()[1:], strict=False))
+    assert ends[-1] <= total and total % 16 == 0
     got = np.zeros(total, np.uint8)
     want = np.zeros(total, np.uint8)
     for p, off in zip(parts, offsets.tolist(), strict=True):
@@ -421,8 +426,6 @@ def test_packing_window_by_window_gives_packs_bytes(window, leads):
         plan.pack_window(parts, offsets.tolist(), lo, view)
         got[lo : lo + view.size] = view
     assert got.tobytes() == want.tobytes()
-    for p, off in zip(parts, whole.offsets.tolist(), strict=True):
-        assert whole.data[off : off + len(p)].tobytes() == p
 
 
 # ---------------------------------------------------------------- chain classification

@@ -135,8 +135,9 @@ class Settings:
         a quarter of the device's free memory when the wave is planned. nvCOMP decodes each
         stream mostly on its own (measured on an H100: ~0.1 GB/s a stream for LZ4, 0.3-0.6
         for zstd), so a wave needs many streams to fill the device: the default, 1 GiB, is
-        128 chunks of 8 MiB, where nvCOMP's batched zstd decode ran at 53 GiB/s. The
-        host-side staging buffers (pinned) grow to one wave. ``CUZARR_GPU_WAVE_BYTES`` sets
+        128 chunks of 8 MiB, where nvCOMP's batched zstd decode ran at 53 GiB/s. Host
+        copies of a wave go through each thread's pinned stage (at most 64 MiB,
+        :mod:`cuzarr.gpu.pinned`) in windows. ``CUZARR_GPU_WAVE_BYTES`` sets
         the default of :func:`get_settings`.
     """
 

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from cuzarr.codecs.base import Buf
 from cuzarr.gpu.files import ALIGN
-from cuzarr.gpu.plan import layout, pack, pack_window
+from cuzarr.gpu.plan import layout, pack_window
 
 __all__ = ["MIN_STAGE_BYTES", "STAGE_BYTES", "PinnedStage", "upload"]
 
@@ -83,22 +83,19 @@ def upload(
     """Pack host byte strings into one device buffer, through this thread's pinned stage.
 
     Returns the device buffer and each part's offset (``ALIGN``-aligned, as nvCOMP wants its
-    inputs; with ``leads``, byte ``leads[i]`` of each part is the aligned one) and size. A
-    wave of at most :data:`STAGE_BYTES` packed bytes is packed and copied in one go; a larger
-    one window by window (:func:`~cuzarr.gpu.plan.pack_window`), the same bytes.
+    inputs; with ``leads``, byte ``leads[i]`` of each part is the aligned one) and size. The
+    packed layout (:func:`~cuzarr.gpu.plan.layout`) is filled in the stage and copied window
+    by window (:func:`~cuzarr.gpu.plan.pack_window`): one window, so one copy, for a wave of
+    at most :data:`STAGE_BYTES` packed bytes.
     """
     sizes = [memoryview(p).nbytes for p in parts]
     offsets, total = layout(sizes, align=ALIGN, leads=leads)
-    dev = cupy.empty(max(1, total), cupy.uint8)
-    if total <= STAGE_BYTES:
-        batch = pack(parts, align=ALIGN, out=_uploads.get(total), leads=leads)
-        if total:
-            dev[:total].set(batch.data)
-        return dev, batch.offsets.tolist(), sizes
-    stage = _uploads.get(STAGE_BYTES)[:STAGE_BYTES]
     starts = offsets.tolist()
-    for lo in range(0, total, STAGE_BYTES):
-        window = stage[: min(STAGE_BYTES, total - lo)]
-        pack_window(parts, starts, lo, window)
-        dev[lo : lo + window.size].set(window)  # synchronous from pinned memory
+    dev = cupy.empty(max(1, total), cupy.uint8)
+    if total:
+        stage = _uploads.get(min(total, STAGE_BYTES))
+        for lo in range(0, total, STAGE_BYTES):
+            window = stage[: min(STAGE_BYTES, total - lo)]
+            pack_window(parts, starts, lo, window)
+            dev[lo : lo + window.size].set(window)  # synchronous from pinned memory
     return dev, starts, sizes

@@ -31,7 +31,6 @@ from cuzarr.engine.requests import ChunkRequest
 __all__ = [
     "MAX_SCATTER_DIMS",
     "GpuChain",
-    "PackedBatch",
     "bit_shuffle",
     "bit_unshuffle",
     "bit_unshuffle_indices",
@@ -43,7 +42,6 @@ __all__ = [
     "classify_chain",
     "make_waves",
     "layout",
-    "pack",
     "pack_window",
     "scatter_descriptor",
     "scatter_reference",
@@ -248,30 +246,13 @@ def wave_requests(
     return [requests[w.start : w.stop] for w in waves]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PackedBatch:
-    """Byte strings packed into one buffer for one host-to-device copy.
-
-    Attributes
-    ----------
-    data : numpy.ndarray of uint8
-        The packed bytes (each part starts ``align``-aligned).
-    offsets, sizes : numpy.ndarray of int64
-        Where each part starts in ``data``, and its length.
-    """
-
-    data: npt.NDArray[np.uint8]
-    offsets: npt.NDArray[np.int64]
-    sizes: npt.NDArray[np.int64]
-
-
 def layout(
     sizes: Sequence[int] | npt.NDArray[np.int64],
     *,
     align: int = 8,
     leads: Sequence[int] | None = None,
 ) -> tuple[npt.NDArray[np.int64], int]:
-    """Where :func:`pack` puts parts of ``sizes`` bytes: each part's offset, and the total.
+    """Where packed parts of ``sizes`` bytes go in one buffer: each part's offset, and the total.
 
     Each part gets a slot of a multiple of ``align`` bytes; it starts at its slot's start, or
     with ``leads``, far enough in that its byte ``leads[i]`` is aligned.
@@ -289,35 +270,6 @@ def layout(
     return offsets, int(padded.sum()) if n else 0
 
 
-def pack(
-    parts: Sequence[Buf],
-    *,
-    align: int = 8,
-    out: npt.NDArray[np.uint8] | None = None,
-    leads: Sequence[int] | None = None,
-) -> PackedBatch:
-    """Pack byte strings into one buffer (``out`` when given and large enough: pinned memory).
-
-    Parameters
-    ----------
-    parts : sequence of buffer
-        The byte strings.
-    align : int, default 8
-        Alignment of each part's start (nvCOMP wants aligned inputs).
-    out : numpy.ndarray of uint8, optional
-        Destination (used when it holds the packed size, else a new array is made).
-    leads : sequence of int, optional
-        Align byte ``leads[i]`` of each part instead of its start (a raw stream behind a
-        wrapper's prefix); the part then starts up to ``align - 1`` bytes into its slot.
-    """
-    sizes = np.array([memoryview(p).nbytes for p in parts], dtype=np.int64)
-    offsets, total = layout(sizes, align=align, leads=leads)
-    data = out[:total] if out is not None and out.nbytes >= total else np.empty(total, np.uint8)
-    for p, off, size in zip(parts, offsets.tolist(), sizes.tolist(), strict=True):
-        data[off : off + size] = np.frombuffer(p, np.uint8, count=size)
-    return PackedBatch(data=data, offsets=offsets, sizes=sizes)
-
-
 def pack_window(
     parts: Sequence[Buf],
     offsets: Sequence[int],
@@ -327,9 +279,8 @@ def pack_window(
     """Copy into ``out`` the bytes of the packed layout from ``start`` to ``start + out.size``.
 
     ``offsets``: each part's offset in the layout (:func:`layout`), in increasing order. A
-    part may lie partly in the window; the pads between parts are left as they are. Packing a
-    layout window by window through one buffer gives, window for window, the bytes
-    :func:`pack` writes.
+    part may lie partly in the window; the pads between parts are left as they are. Windows
+    that cover the layout give every part at its offset.
     """
     stop = start + out.size
     for p, off in zip(parts, offsets, strict=True):
